@@ -1,0 +1,314 @@
+"""Byte-pair encoding (BPE): the algorithms behind the tokenizer of chapter 1.
+
+What this module handles:
+
+* pre-splitting text into chunks with the regular expressions of GPT-2 and GPT-4
+  (:data:`GPT2_PATTERN`, :data:`GPT4_PATTERN`, :func:`split_text`);
+* the two building blocks of BPE, counting adjacent pairs (:func:`pair_counts`) and
+  replacing a pair by a new id (:func:`merge`);
+* learning merges, twice: :func:`train_merges_naive` is the textbook loop the book
+  explains, :func:`train_merges` is the fast version that gives the same answer;
+* applying learned merges to one chunk by rank, as GPT-2 and tiktoken do
+  (:func:`encode_chunk`).
+
+What it does not handle: vocabularies, special tokens, decoding, files. Those belong to
+:mod:`tinygpt.tokenizer`, which builds on the functions here.
+
+Conventions shared by both trainers: a chunk is a sequence of byte values (0-255); the
+token made by merge ``i`` gets id ``256 + i``; at each step the pair with the highest
+count is merged, and among equal counts the smallest pair ``(a, b)`` as a tuple of ids.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
+
+import regex
+from tqdm.auto import tqdm
+
+Pair = tuple[int, int]
+
+#: GPT-2's pre-split: contractions, letters, numbers, other symbols, whitespace.
+GPT2_PATTERN = (
+    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+)
+
+#: GPT-4's (cl100k_base) pre-split: case-insensitive contractions, numbers of at most
+#: three digits, and newlines kept apart from other whitespace.
+GPT4_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|"""
+    r""" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+
+#: Pattern names accepted wherever a pattern is expected; ``"none"`` means no pre-split.
+PATTERNS: dict[str, str | None] = {"gpt2": GPT2_PATTERN, "gpt4": GPT4_PATTERN, "none": None}
+
+
+def resolve_pattern(pattern: str | None) -> str | None:
+    """Turn a pattern name from :data:`PATTERNS`, a raw regex, or None into a regex or None.
+
+    Raises ``TypeError`` for a non-string and ``ValueError`` for a regex that does not compile.
+    """
+    if pattern is None:
+        return None
+    if not isinstance(pattern, str):
+        raise TypeError(f"pattern must be a name from {sorted(PATTERNS)}, a regex string "
+                        f"or None, not {type(pattern).__name__}")
+    if pattern in PATTERNS:
+        return PATTERNS[pattern]
+    try:
+        regex.compile(pattern)
+    except regex.error as err:
+        raise ValueError(f"pattern {pattern!r} is neither a name from {sorted(PATTERNS)} "
+                         f"nor a valid regular expression ({err})") from None
+    return pattern
+
+
+def split_text(text: str, pattern: str | None = "gpt4") -> list[str]:
+    """Split ``text`` into the chunks BPE works on; merges never cross chunk boundaries.
+
+    ``pattern`` is a name from :data:`PATTERNS`, a raw regex string, or None (the whole
+    text is one chunk). Joining the result gives back ``text`` for the built-in patterns.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, not {type(text).__name__}")
+    rx = resolve_pattern(pattern)
+    if rx is None:
+        return [text] if text else []
+    return regex.findall(rx, text)
+
+
+def pair_counts(ids: Sequence[int], counts: dict[Pair, int] | None = None) -> dict[Pair, int]:
+    """Count every adjacent pair in ``ids``, overlapping ones included ([a, a, a] has (a, a) twice).
+
+    If ``counts`` is given it is updated in place (and returned), so that the counts of
+    many chunks can be summed.
+    """
+    counts = {} if counts is None else counts
+    for pair in pairwise(ids):
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def merge(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
+    """Replace each occurrence of ``pair`` in ``ids`` by ``new_id``, scanning left to right.
+
+    Occurrences do not overlap: merging (a, a) in [a, a, a] gives [new_id, a].
+    """
+    a, b = pair
+    out: list[int] = []
+    i, n = 0, len(ids)
+    while i < n:
+        if ids[i] == a and i + 1 < n and ids[i + 1] == b:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _as_byte_ids(chunk: str | bytes | Iterable[int]) -> list[int]:
+    """A chunk as a list of byte values; a str is encoded as UTF-8."""
+    if isinstance(chunk, str):
+        return list(chunk.encode("utf-8"))
+    if isinstance(chunk, (bytes, bytearray)):
+        return list(chunk)
+    ids = list(chunk)
+    for x in ids:
+        if not isinstance(x, int) or not 0 <= x < 256:
+            raise ValueError(f"chunks must hold byte values 0..255 (merged ids start at 256), "
+                             f"found {x!r}")
+    return ids
+
+
+def _check_num_merges(num_merges: int) -> None:
+    if not isinstance(num_merges, int) or isinstance(num_merges, bool) or num_merges < 0:
+        raise ValueError(f"num_merges must be an int >= 0, got {num_merges!r}")
+
+
+def train_merges_naive(chunks: Iterable[str | bytes | Sequence[int]],
+                       num_merges: int) -> list[Pair]:
+    """Learn up to ``num_merges`` merges with the textbook algorithm.
+
+    Each step recounts every pair in every chunk (duplicated chunks count as often as they
+    occur), picks the pair with the highest count (ties: the smallest pair ``(a, b)``),
+    and merges it everywhere; merge ``i`` creates id ``256 + i``. Stops early when no
+    pair is left, so the result may be shorter than ``num_merges``. Slow: every step
+    walks the whole corpus.
+    """
+    _check_num_merges(num_merges)
+    seqs = [_as_byte_ids(c) for c in chunks]
+    merges: list[Pair] = []
+    for i in range(num_merges):
+        counts: dict[Pair, int] = {}
+        for seq in seqs:
+            pair_counts(seq, counts)
+        if not counts:
+            break
+        best = min(counts, key=lambda p: (-counts[p], p))  # highest count, then smallest
+        seqs = [merge(seq, best, 256 + i) for seq in seqs]
+        merges.append(best)
+    return merges
+
+
+def _dedupe(chunks: Mapping | Iterable) -> tuple[list[list[int]], list[int]]:
+    """Distinct chunks (as byte-id lists) and how often each occurs."""
+    if not isinstance(chunks, Mapping):
+        chunks = Counter(c if isinstance(c, (str, bytes)) else tuple(c) for c in chunks)
+    words, freqs = [], []
+    for chunk, count in chunks.items():
+        if not isinstance(count, int) or count < 0:
+            raise ValueError(f"chunk counts must be ints >= 0, got {count!r} for {chunk!r}")
+        if count:
+            words.append(_as_byte_ids(chunk))
+            freqs.append(count)
+    return words, freqs
+
+
+def train_merges(chunks: Mapping[str | bytes | tuple[int, ...], int]
+                 | Iterable[str | bytes | Sequence[int]],
+                 num_merges: int, progress: bool = False) -> list[Pair]:
+    """Learn up to ``num_merges`` merges; same result as :func:`train_merges_naive`, much faster.
+
+    ``chunks`` is a list of chunks or a mapping (e.g. a ``Counter``) from chunk to count.
+    Same rule as the naive trainer: highest count first, ties go to the smallest pair
+    ``(a, b)``, merge ``i`` creates id ``256 + i``, stop early when no pair is left.
+
+    Three ideas make it fast:
+
+    1. identical chunks are stored once, with their count as a weight;
+    2. an index from each pair to the chunks containing it, so a merge only revisits
+       those chunks (subtract their old pairs, merge, add their new pairs);
+    3. a max-heap of ``(-count, pair)`` to find the best pair; entries are not removed
+       when a count changes, a new one is pushed, and stale ones are skipped when popped.
+    """
+    _check_num_merges(num_merges)
+    words, freqs = _dedupe(chunks)
+    counts: dict[Pair, int] = {}
+    where: defaultdict[Pair, set[int]] = defaultdict(set)
+    for w, (word, freq) in enumerate(zip(words, freqs, strict=True)):
+        for pair in pairwise(word):
+            counts[pair] = counts.get(pair, 0) + freq
+            where[pair].add(w)
+    heap = [(-count, pair) for pair, count in counts.items()]
+    heapq.heapify(heap)  # heap order is (-count, pair): highest count, then smallest pair
+
+    merges: list[Pair] = []
+    with tqdm(total=num_merges, disable=not progress, desc="BPE merges") as bar:
+        while len(merges) < num_merges:
+            while heap and counts.get(heap[0][1], 0) != -heap[0][0]:
+                heapq.heappop(heap)  # stale: the count changed after this entry was pushed
+            if not heap:
+                break  # no pair left to merge
+            best = heapq.heappop(heap)[1]
+            new_id = 256 + len(merges)
+            merges.append(best)
+            delta: defaultdict[Pair, int] = defaultdict(int)
+            for w in where.pop(best):
+                word, freq = words[w], freqs[w]
+                old_pairs = list(pairwise(word))
+                word = words[w] = merge(word, best, new_id)
+                new_pairs = list(pairwise(word))
+                for pair in old_pairs:
+                    delta[pair] -= freq
+                for pair in new_pairs:
+                    delta[pair] += freq
+                old_set, new_set = set(old_pairs), set(new_pairs)
+                for pair in new_set - old_set:
+                    where[pair].add(w)
+                for pair in old_set - new_set:
+                    if pair != best:  # the index entry of best was popped above
+                        where[pair].discard(w)
+            for pair, d in delta.items():
+                if d:
+                    count = counts.get(pair, 0) + d
+                    if count > 0:
+                        counts[pair] = count
+                        heapq.heappush(heap, (-count, pair))
+                    else:
+                        del counts[pair]
+            bar.update(1)
+    return merges
+
+
+# Pieces longer than this (in bytes) use the heap version of encode_chunk: the simple
+# version is quadratic, which only matters for very long chunks (e.g. no pre-split).
+_LONG_CHUNK = 512
+
+
+def encode_chunk(piece: bytes, ranks: Mapping[bytes, int]) -> list[int]:
+    """Encode one chunk with ranked merges, the rule of GPT-2 and tiktoken.
+
+    Start from single bytes; repeatedly join the adjacent two parts whose concatenation
+    has the lowest rank in ``ranks`` (leftmost on ties); stop when no concatenation is in
+    ``ranks``. Returns the ranks of the final parts, which are the token ids. Every
+    single byte must be in ``ranks``. Like tiktoken, a chunk that is itself a token is
+    returned as that token directly.
+    """
+    whole = ranks.get(piece)
+    if whole is not None:
+        return [whole]
+    if len(piece) > _LONG_CHUNK:
+        return _encode_long_chunk(piece, ranks)
+    parts = [piece[i:i + 1] for i in range(len(piece))]
+    none = len(ranks) + 1  # larger than any rank: "not mergeable"
+    get = ranks.get
+    # pair_rank[i] is the rank of parts[i] + parts[i + 1]
+    pair_rank = [get(parts[i] + parts[i + 1], none) for i in range(len(parts) - 1)]
+    while pair_rank:
+        best = min(pair_rank)
+        if best == none:
+            break
+        i = pair_rank.index(best)  # leftmost occurrence of the lowest rank
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        del pair_rank[i]
+        if i > 0:
+            pair_rank[i - 1] = get(parts[i - 1] + parts[i], none)
+        if i < len(pair_rank):
+            pair_rank[i] = get(parts[i] + parts[i + 1], none)
+    return [ranks[p] for p in parts]
+
+
+def _encode_long_chunk(piece: bytes, ranks: Mapping[bytes, int]) -> list[int]:
+    """Same result as :func:`encode_chunk`, in O(n log n) with a heap and a linked list.
+
+    Parts are identified by their start offset; ``nxt[s]`` is where the part starting at
+    ``s`` ends. A heap entry ``(rank, start, end)`` stands for joining the part at
+    ``start`` with its right neighbour, ending at ``end``; it is still valid if ``start``
+    still begins a part and the two parts from there still end at ``end``.
+    """
+    n = len(piece)
+    nxt = list(range(1, n + 1))
+    prv = list(range(-1, n - 1))
+    alive = [True] * n
+    heap = []
+    for s in range(n - 1):
+        r = ranks.get(piece[s:s + 2])
+        if r is not None:
+            heap.append((r, s, s + 2))
+    heapq.heapify(heap)  # (rank, start) order: lowest rank, then leftmost
+    while heap:
+        _, s, end = heapq.heappop(heap)
+        mid = nxt[s] if alive[s] else n
+        if mid >= n or nxt[mid] != end:
+            continue  # stale entry
+        alive[mid] = False  # join the parts [s, mid) and [mid, end)
+        nxt[s] = end
+        if end < n:
+            prv[end] = s
+            r = ranks.get(piece[s:nxt[end]])
+            if r is not None:
+                heapq.heappush(heap, (r, s, nxt[end]))
+        if prv[s] >= 0:
+            r = ranks.get(piece[prv[s]:end])
+            if r is not None:
+                heapq.heappush(heap, (r, prv[s], end))
+    out, s = [], 0
+    while s < n:
+        out.append(ranks[piece[s:nxt[s]]])
+        s = nxt[s]
+    return out

@@ -1,0 +1,45 @@
+"""Shared test policy for data files that may have to be downloaded.
+
+Tests that need a file such as ``gpt2/vocab.json`` ask the ``data_path`` fixture for it::
+
+    def test_vocab(data_path):
+        vocab = data_path("gpt2/vocab.json")
+
+The fixture returns the checked local path. When the file cannot be had (no ``TINYGPT_DATA``
+copy, no cached copy, no network), the test is skipped with the reason -- unless the ``CI``
+environment variable is set, in which case it fails: continuous integration must never pass by
+skipping. A file with a wrong checksum is always an error, never a skip.
+
+This module does not decide where files are looked for; ``tinygpt.data`` does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tinygpt.data import DataNotFoundError, get_path
+
+
+def in_ci() -> bool:
+    """Whether the tests run under continuous integration (``CI`` set to a true-ish value)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require_data(name: str) -> Path:
+    """The path of data file ``name``; skip the calling test if it cannot be had (fail under CI)."""
+    try:
+        return get_path(name)
+    except DataNotFoundError as error:
+        if in_ci():
+            pytest.fail(f"data file {name!r} is required under CI:\n{error}", pytrace=False)
+        pytest.skip(f"data file {name!r} is not available: {error}")
+
+
+@pytest.fixture
+def data_path() -> Callable[[str], Path]:
+    """A function ``name -> Path`` applying the ``require_data`` policy."""
+    return require_data
