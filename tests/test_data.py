@@ -252,3 +252,52 @@ def test_every_paragraph_is_a_speech(corpus: str) -> None:
 )
 def test_famous_speeches(corpus: str, speech: str) -> None:
     assert speech in corpus
+
+
+# --- Training and validation split -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [str, list, tuple, "tensor", "array"])
+def test_split_train_val_keeps_order_and_type(make) -> None:
+    import numpy as np
+    import torch
+
+    items = "abcdefghijklmnopqrst"  # 20 items
+    seq = {"tensor": lambda s: torch.tensor([ord(c) for c in s]),
+           "array": lambda s: np.array([ord(c) for c in s])}.get(make, make)(items)
+    train, val = data.split_train_val(seq)
+    assert type(train) is type(seq) and type(val) is type(seq)
+    assert (len(train), len(val)) == (18, 2)
+    as_text = lambda part: "".join(c if isinstance(c, str) else chr(int(c)) for c in part)
+    assert as_text(train) + as_text(val) == items  # first 90%, then the last 10%
+    assert [len(p) for p in data.split_train_val(seq, val_fraction=0.25)] == [15, 5]
+
+
+@pytest.mark.parametrize(
+    ("n", "fraction", "n_val"),
+    [(2, 0.5, 1), (3, 0.5, 2), (10, 0.1, 1), (99, 0.1, 10), (100, 0.29, 29),
+     (4_798_810, 0.1, 479_881)],
+)
+def test_split_train_val_sizes(n: int, fraction: float, n_val: int) -> None:
+    train, val = data.split_train_val(range(n), fraction)
+    assert (train, val) == (range(n - n_val), range(n - n_val, n))
+
+
+def test_split_train_val_bad_input() -> None:
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        data.split_train_val("abcdef", 1.0)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        data.split_train_val("abcdef", -0.1)
+    with pytest.raises(TypeError, match="val_fraction must be a number"):
+        data.split_train_val("abcdef", "0.1")
+    with pytest.raises(ValueError, match="no validation"):
+        data.split_train_val("abc", 0.1)
+    with pytest.raises(ValueError, match="no training"):
+        data.split_train_val("ab", 0.9)
+    for bad in ({1: 2}, 42, (x for x in "abc")):
+        with pytest.raises(TypeError, match="sliceable sequence"):
+            data.split_train_val(bad)
+    import torch
+
+    with pytest.raises(TypeError, match="sliceable sequence"):
+        data.split_train_val(torch.tensor(3))

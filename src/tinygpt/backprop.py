@@ -1,0 +1,180 @@
+"""Backpropagation written out by hand for a two-layer MLP on torch tensors.
+
+The network maps a batch of inputs to a distribution over ``V`` classes (next tokens)::
+
+    x (B, D_in) --linear W1, b1--> a (B, H) --tanh or relu--> h (B, H)
+                --linear W2, b2--> logits (B, V) --softmax + cross-entropy with targets (B,)--> loss
+
+``mlp_forward`` computes every intermediate and keeps what the backward pass needs;
+``mlp_backward`` then applies the chain rule layer by layer, from the loss back to ``W1``, with
+one small function per layer (``cross_entropy_backward``, ``linear_backward``,
+``tanh_backward``, ``relu_backward``). No autograd is involved: the formulas are the whole
+story, and the tests check them against ``torch.autograd``.
+
+It does not handle deeper networks, other losses or optimisers (``torch.autograd`` and
+``torch.optim`` do that for the rest of the book), nor a sequence dimension ``T``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+ACTIVATIONS = ("tanh", "relu")
+
+
+@dataclass(frozen=True)
+class MLPConfig:
+    """The sizes of the MLP: D_in inputs, H hidden units, V classes, and its activation."""
+
+    d_in: int
+    hidden: int
+    vocab_size: int
+    activation: str = "tanh"
+
+    def __post_init__(self) -> None:
+        for name in ("d_in", "hidden", "vocab_size"):
+            size = getattr(self, name)
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"MLPConfig.{name} must be a positive int, got {size!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+
+
+@dataclass
+class MLP:
+    """The parameters of the MLP; ``W`` is (inputs, outputs), so a layer computes ``x @ W + b``."""
+
+    config: MLPConfig
+    W1: Tensor  # (D_in, H)
+    b1: Tensor  # (H,)
+    W2: Tensor  # (H, V)
+    b2: Tensor  # (V,)
+
+    def params(self) -> dict[str, Tensor]:
+        """The four parameter tensors by name, in the order ``W1, b1, W2, b2``."""
+        return {"W1": self.W1, "b1": self.b1, "W2": self.W2, "b2": self.b2}
+
+
+@dataclass
+class Forward:
+    """The intermediates of one forward pass that the backward pass reads."""
+
+    x: Tensor  # (B, D_in) input
+    a: Tensor  # (B, H) pre-activation, x @ W1 + b1
+    h: Tensor  # (B, H) activation(a)
+    logits: Tensor  # (B, V)
+    probs: Tensor  # (B, V) softmax(logits)
+    targets: Tensor  # (B,) class ids
+    loss: Tensor  # () mean cross-entropy
+
+
+def init_mlp(
+    config: MLPConfig,
+    *,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> MLP:
+    """Random weights: ``W1`` with variance 1/D_in, ``W2`` ten times smaller, zero biases.
+
+    The small output layer makes every logit close to 0 at the start, so every class has
+    probability close to 1/V and the initial loss is close to ln V.
+    """
+    c = config
+    W1 = torch.randn(c.d_in, c.hidden, generator=generator, dtype=dtype) / math.sqrt(c.d_in)
+    W2 = torch.randn(c.hidden, c.vocab_size, generator=generator, dtype=dtype) * (
+        0.1 / math.sqrt(c.hidden)
+    )
+    return MLP(
+        c, W1, torch.zeros(c.hidden, dtype=dtype), W2, torch.zeros(c.vocab_size, dtype=dtype)
+    )
+
+
+def cross_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean of -ln softmax(logits)[b, targets[b]] over the batch, and the probabilities (B, V)."""
+    shifted = logits - logits.max(dim=1, keepdim=True).values  # (B, V); changes no probability
+    log_norm = shifted.exp().sum(dim=1, keepdim=True).log()  # (B, 1)
+    log_probs = shifted - log_norm  # (B, V)
+    loss = -log_probs[torch.arange(len(targets)), targets].mean()  # ()
+    return loss, log_probs.exp()
+
+
+def cross_entropy_backward(probs: Tensor, targets: Tensor) -> Tensor:
+    """d loss / d logits for the mean cross-entropy: (probs - one_hot(targets)) / B, shape (B, V)."""
+    B = probs.shape[0]
+    dlogits = probs.clone()  # (B, V)
+    dlogits[torch.arange(B), targets] -= 1.0
+    return dlogits / B
+
+
+def linear_backward(dout: Tensor, x: Tensor, W: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """For out = x @ W + b, with dout (B, N_out): dx (B, N_in), dW (N_in, N_out), db (N_out,)."""
+    dx = dout @ W.T  # (B, N_out) @ (N_out, N_in) -> (B, N_in)
+    dW = (
+        x.T @ dout
+    )  # (N_in, B) @ (B, N_out) -> (N_in, N_out): one outer product per example, summed
+    db = dout.sum(dim=0)  # (N_out,): the bias is added to every row
+    return dx, dW, db
+
+
+def tanh_backward(dh: Tensor, h: Tensor) -> Tensor:
+    """For h = tanh(a): da = dh * (1 - h^2), elementwise, any shape."""
+    return dh * (1.0 - h * h)
+
+
+def relu_backward(dh: Tensor, a: Tensor) -> Tensor:
+    """For h = relu(a): da = dh where a > 0, else 0 (also at a = 0, as torch does)."""
+    return dh * (a > 0).to(dh.dtype)
+
+
+def _check_batch(mlp: MLP, x: Tensor, targets: Tensor) -> None:
+    c = mlp.config
+    if not isinstance(x, Tensor) or x.ndim != 2 or x.shape[1] != c.d_in:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x must be a tensor of shape (B, {c.d_in}), got {shape}")
+    if x.dtype != mlp.W1.dtype:
+        raise ValueError(f"x has dtype {x.dtype}, the parameters {mlp.W1.dtype}")
+    if (
+        not isinstance(targets, Tensor)
+        or targets.shape != (x.shape[0],)
+        or targets.is_floating_point()
+    ):
+        raise ValueError(
+            f"targets must be an integer tensor of shape ({x.shape[0]},), got {targets!r}"
+        )
+    if x.shape[0] == 0:
+        raise ValueError("the batch is empty (B = 0)")
+    if targets.min() < 0 or targets.max() >= c.vocab_size:
+        raise ValueError(
+            f"targets must lie in [0, {c.vocab_size}), got values {targets.min()}..{targets.max()}"
+        )
+
+
+def mlp_forward(mlp: MLP, x: Tensor, targets: Tensor) -> Forward:
+    """The forward pass on a batch: x (B, D_in), integer targets (B,) in [0, V).
+
+    Plain tensor operations: run it on parameters with ``requires_grad`` and ``torch.autograd``
+    differentiates it, which is how the tests check ``mlp_backward``.
+    """
+    _check_batch(mlp, x, targets)
+    a = x @ mlp.W1 + mlp.b1  # (B, D_in) @ (D_in, H) + (H,) -> (B, H)
+    h = a.tanh() if mlp.config.activation == "tanh" else a.relu()  # (B, H)
+    logits = h @ mlp.W2 + mlp.b2  # (B, H) @ (H, V) + (V,) -> (B, V)
+    loss, probs = cross_entropy(logits, targets)  # (), (B, V)
+    return Forward(x, a, h, logits, probs, targets, loss)
+
+
+def mlp_backward(mlp: MLP, fwd: Forward) -> dict[str, Tensor]:
+    """d loss / d parameter for every parameter, named as in ``MLP.params()``, by hand."""
+    with torch.no_grad():  # nothing here is recorded for autograd, even if the inputs require grad
+        dlogits = cross_entropy_backward(fwd.probs, fwd.targets)  # (B, V)
+        dh, dW2, db2 = linear_backward(dlogits, fwd.h, mlp.W2)  # (B, H), (H, V), (V,)
+        if mlp.config.activation == "tanh":
+            da = tanh_backward(dh, fwd.h)  # (B, H)
+        else:
+            da = relu_backward(dh, fwd.a)  # (B, H)
+        _, dW1, db1 = linear_backward(da, fwd.x, mlp.W1)  # dx unused; (D_in, H), (H,)
+    return {"W1": dW1, "b1": db1, "W2": dW2, "b2": db2}

@@ -1,0 +1,127 @@
+"""Tests for tinygpt.ngram: n-gram counting models against loops, the bigram model and by hand."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinygpt.bigram import bigram_counts, bigram_loss, bigram_probs, sample_bigram
+from tinygpt.ngram import NGramModel
+
+
+@st.composite
+def corpora(draw, min_len: int = 1, max_len: int = 300) -> tuple[list[int], int]:
+    """A vocabulary size and a random id sequence over it."""
+    V = draw(st.integers(1, 12))
+    ids = draw(st.lists(st.integers(0, V - 1), min_size=min_len, max_size=max_len))
+    return ids, V
+
+
+def _random_ids(n: int, V: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, V, (n,), generator=g).tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(corpora(min_len=3), st.floats(0.05, 2.0))
+def test_ngram_with_n_2_is_the_bigram_model(corpus, k) -> None:
+    ids, V = corpus
+    half = len(ids) // 2 + 1
+    train, val = ids[:half], ids[half - 2 :]
+    probs = bigram_probs(bigram_counts(train, V), smoothing=k)
+    model = NGramModel(2, V, smoothing=k).fit(train)
+    assert model.loss(val) == pytest.approx(bigram_loss(probs, val), rel=1e-12)
+    for token in range(V):
+        torch.testing.assert_close(model.probs([token]), probs[token])
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    assert model.sample([ids[0]], 30, g1) == sample_bigram(probs, ids[0], 30, g2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(corpora(min_len=1), st.floats(0.0, 2.0))
+def test_ngram_with_n_1_is_the_unigram_model(corpus, k) -> None:
+    ids, V = corpus
+    counts = np.bincount(ids, minlength=V)
+    p = (counts + k) / (len(ids) + k * V)
+    model = NGramModel(1, V, smoothing=k).fit(ids)
+    assert model.loss(ids) == pytest.approx(float(-np.log(p[ids]).mean()), rel=1e-12)
+    assert model.unseen_fraction(ids) == 0.0
+
+
+def test_trigram_probabilities_by_hand() -> None:
+    # "abcabd" over a=0, b=1, c=2, d=3: the context "ab" is followed once by c, once by d
+    ids = [0, 1, 2, 0, 1, 3]
+    raw = NGramModel(3, 4, smoothing=0.0).fit(ids)
+    assert (raw.num_contexts, raw.num_ngrams) == (3, 4)  # ab, bc, ca / abc, bca, cab, abd
+    torch.testing.assert_close(raw.probs([0, 1]), torch.tensor([0, 0, 0.5, 0.5]).double())
+    torch.testing.assert_close(raw.probs([3, 1, 2]), torch.tensor([1.0, 0, 0, 0]).double())
+    assert raw.probs([3, 3]).sum() == 0  # never seen, not smoothed
+    add_one = NGramModel(3, 4, smoothing=1.0).fit(ids)
+    torch.testing.assert_close(add_one.probs([0, 1]), torch.tensor([1, 1, 2, 2]).double() / 6)
+    torch.testing.assert_close(add_one.probs([3, 3]), torch.full((4,), 0.25).double())
+    # loss of "cabd": P(b|ca) = 2/5, P(d|ab) = 2/6
+    assert add_one.loss([2, 0, 1, 3]) == pytest.approx(-(math.log(2 / 5) + math.log(2 / 6)) / 2)
+    assert raw.loss([2, 0, 1, 3]) == pytest.approx(-(math.log(1) + math.log(0.5)) / 2)
+    assert raw.loss([3, 3, 0]) == math.inf
+    assert add_one.unseen_fraction([0, 1, 2, 3, 3, 0]) == 0.5  # ab, bc seen; cd, dd not
+
+
+def test_ngram_codes_match_a_counter_of_tuples() -> None:
+    ids, V = _random_ids(3_000, 5, seed=6), 5
+    for n in (1, 3, 5):
+        model = NGramModel(n, V, smoothing=0.5).fit(ids)
+        grams = Counter(tuple(ids[i : i + n]) for i in range(len(ids) - n + 1))
+        contexts = Counter(tuple(ids[i : i + n - 1]) for i in range(len(ids) - n + 1))
+        assert (model.num_ngrams, model.num_contexts) == (len(grams), len(contexts))
+        context = ids[-(n - 1) :] if n > 1 else []
+        expected = [(grams[(*context, x)] + 0.5) / (contexts[tuple(context)] + 0.5 * V)
+                    for x in range(V)]
+        torch.testing.assert_close(model.probs(context), torch.tensor(expected).double())
+
+
+@settings(max_examples=40, deadline=None)
+@given(corpora(min_len=6), st.integers(1, 5), st.sampled_from([0.0, 0.01, 1.0]))
+def test_training_loss_is_the_loss_on_the_fitted_ids(corpus, n, k) -> None:
+    ids, V = corpus
+    model = NGramModel(n, V, smoothing=k).fit(ids)
+    assert model.training_loss() == pytest.approx(model.loss(ids), rel=1e-12)
+
+
+def test_smoothing_can_change_after_fitting_but_stays_valid() -> None:
+    ids = _random_ids(500, 6, seed=9)
+    model = NGramModel(3, 6, smoothing=1.0).fit(ids)
+    model.smoothing = 0.1
+    assert model.loss(ids) == NGramModel(3, 6, smoothing=0.1).fit(ids).loss(ids)
+    with pytest.raises(ValueError, match=">= 0"):
+        model.smoothing = -0.5
+    assert model.smoothing == 0.1
+
+
+def test_ngram_train_loss_falls_with_n() -> None:
+    ids = _random_ids(2_000, 4, seed=8)
+    losses = [NGramModel(n, 4, smoothing=0.01).fit(ids).loss(ids[10:]) for n in (1, 3, 6, 9)]
+    assert losses == sorted(losses, reverse=True)
+
+
+def test_ngram_bad_input() -> None:
+    with pytest.raises(ValueError, match="n must be"):
+        NGramModel(0, 5)
+    with pytest.raises(ValueError, match="int64"):
+        NGramModel(12, 65)
+    with pytest.raises(RuntimeError, match="fit"):
+        NGramModel(2, 5).loss([0, 1, 2])
+    model = NGramModel(3, 5).fit([0, 1, 2, 3])
+    with pytest.raises(ValueError, match="at least 3"):
+        model.loss([0, 1])
+    with pytest.raises(ValueError, match="at least 2"):
+        model.sample([0], 5, torch.Generator())
+    with pytest.raises(ValueError, match="unknown token id 5"):
+        model.fit([0, 1, 5])
+    with pytest.raises(ValueError, match="nothing to sample"):
+        NGramModel(2, 3, smoothing=0).fit([0, 1]).sample([2], 1, torch.Generator())
