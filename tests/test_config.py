@@ -1,0 +1,76 @@
+"""Tests for tinygpt.config: the block and model switches of GPTConfig and their validation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tinygpt.config import ACTIVATIONS, NORM_POSITIONS, NORMS, POSITIONALS, GPTConfig
+
+
+def test_defaults_are_gpt2s_choices():
+    c = GPTConfig()
+    assert (c.norm, c.norm_position, c.activation, c.positional) == (
+        "layernorm", "pre", "gelu_tanh", "learned")
+    assert c.tie_weights is True and c.mlp_hidden is None and c.norm_eps == 1e-5
+    assert (NORMS[0], NORM_POSITIONS[0], ACTIVATIONS[0], POSITIONALS[0]) == (
+        c.norm, c.norm_position, c.activation, c.positional)
+
+
+@pytest.mark.parametrize("n_embd, hidden, expected", [(128, None, 512), (768, None, 3072),
+                                                      (128, 100, 100), (8, 1, 1)])
+def test_mlp_width(n_embd, hidden, expected):
+    assert GPTConfig(n_embd=n_embd, n_head=1, mlp_hidden=hidden).mlp_width == expected
+
+
+@pytest.mark.parametrize("field, choices", [("norm", NORMS), ("norm_position", NORM_POSITIONS),
+                                            ("activation", ACTIVATIONS),
+                                            ("positional", POSITIONALS)])
+def test_every_choice_is_accepted(field, choices):
+    for choice in choices:
+        assert getattr(GPTConfig(**{field: choice}), field) == choice
+
+
+@pytest.mark.parametrize("field, bad", [
+    ("norm", "batchnorm"), ("norm", "LayerNorm"), ("norm", None),
+    ("norm_position", "sandwich"), ("norm_position", ""),
+    ("activation", "swish"), ("activation", "GELU"), ("activation", 1),
+    ("positional", "rope"), ("positional", "sinusoid"),
+])
+def test_unknown_choices_are_rejected_with_the_valid_ones(field, bad):
+    with pytest.raises(ValueError, match=field) as info:
+        GPTConfig(**{field: bad})
+    valid = {"norm": NORMS, "norm_position": NORM_POSITIONS, "activation": ACTIVATIONS,
+             "positional": POSITIONALS}[field]
+    assert all(repr(v) in str(info.value) for v in valid)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_layer=0), "n_layer"), (dict(n_layer=-2), "n_layer"), (dict(n_layer=1.5), "n_layer"),
+    (dict(mlp_hidden=0), "mlp_hidden"), (dict(mlp_hidden=3.0), "mlp_hidden"),
+    (dict(mlp_hidden=True), "mlp_hidden"),
+    (dict(norm_eps=0.0), "norm_eps"), (dict(norm_eps=-1e-5), "norm_eps"),
+    (dict(norm_eps=1.0), "norm_eps"),
+])
+def test_bad_values_raise_value_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GPTConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(norm_eps="1e-5"), "norm_eps"), (dict(norm_eps=True), "norm_eps"),
+    (dict(tie_weights=1), "tie_weights"), (dict(tie_weights="yes"), "tie_weights"),
+])
+def test_bad_types_raise_type_error(kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        GPTConfig(**kwargs)
+
+
+def test_replace_validates_again():
+    c = GPTConfig()
+    assert dataclasses.replace(c, norm="rmsnorm", norm_position="post").norm == "rmsnorm"
+    with pytest.raises(ValueError, match="norm_position"):
+        dataclasses.replace(c, norm_position="middle")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.norm = "rmsnorm"  # type: ignore[misc]

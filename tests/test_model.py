@@ -1,0 +1,305 @@
+"""Tests for tinygpt.model: the GPT, its parameter count, initialisation, KV cache and the
+equivalence with Hugging Face's GPT2LMHeadModel (the trusted reference)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tinygpt.config
+from tinygpt.model import GPT, GPTConfig, num_parameters, parameter_counts
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+SMALL = GPTConfig(vocab_size=61, block_size=24, n_layer=2, n_head=4, n_embd=32)
+
+
+def n_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())  # shared tensors are yielded once
+
+
+def hf_model(config: GPTConfig) -> torch.nn.Module:
+    """A randomly initialised GPT2LMHeadModel of the same shape as ``config``."""
+    hc = transformers.GPT2Config(
+        vocab_size=config.vocab_size, n_positions=config.block_size, n_embd=config.n_embd,
+        n_layer=config.n_layer, n_head=config.n_head, n_inner=config.mlp_width,
+        layer_norm_epsilon=config.norm_eps, activation_function="gelu_new",
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+        tie_word_embeddings=config.tie_weights,
+    )
+    return transformers.GPT2LMHeadModel(hc).eval()
+
+
+def test_module_exports_gpt_and_the_shared_config():
+    import tinygpt.model as m
+    assert {"GPT", "GPTConfig"} <= set(m.__all__)
+    assert m.GPTConfig is tinygpt.config.GPTConfig
+
+
+# --- parameter counting --------------------------------------------------------------------------
+
+configs = st.builds(
+    lambda V, T, L, H, d, bias, norm, pos, act, tie, placement, hidden: GPTConfig(
+        vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=H * d, bias=bias, norm=norm,
+        positional=pos, activation=act, tie_weights=tie, norm_position=placement,
+        mlp_hidden=hidden),
+    V=st.integers(1, 80), T=st.integers(1, 20), L=st.integers(1, 3), H=st.integers(1, 4),
+    d=st.sampled_from([2, 4, 6]), bias=st.booleans(),
+    norm=st.sampled_from(["layernorm", "rmsnorm"]),
+    pos=st.sampled_from(["learned", "sinusoidal"]), act=st.sampled_from(["gelu_tanh", "relu"]),
+    tie=st.booleans(), placement=st.sampled_from(["pre", "post"]),
+    hidden=st.one_of(st.none(), st.integers(1, 50)),
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(configs)
+def test_formula_equals_the_count_of_a_built_model(config):
+    model = GPT(config)
+    assert num_parameters(config) == n_params(model)
+    counts = parameter_counts(config)
+    assert counts["lm_head"] == (0 if config.tie_weights else config.vocab_size * config.n_embd)
+    blocks = sum(n_params(b) for b in model.transformer.h)
+    assert counts["attn"] + counts["mlp"] + counts["norms"] == blocks
+
+
+@pytest.mark.parametrize("n_layer,n_embd,n_head,tie", [(2, 32, 4, True), (3, 48, 3, False),
+                                                       (12, 768, 12, True)])
+def test_formula_equals_hugging_face_count(n_layer, n_embd, n_head, tie):
+    config = GPTConfig(vocab_size=50257 if n_embd == 768 else 97, block_size=1024 if n_embd == 768
+                       else 40, n_layer=n_layer, n_head=n_head, n_embd=n_embd, tie_weights=tie)
+    if n_embd == 768:  # GPT-2 small: build HF's on the meta device (no 500 MB of weights)
+        with torch.device("meta"):
+            reference = hf_model(config)
+        assert num_parameters(config) == 124_439_808  # HF's model card: "124M"
+    else:
+        reference = hf_model(config)
+    assert num_parameters(config) == reference.num_parameters()
+
+
+def test_tying_saves_exactly_the_output_matrix():
+    untied = replace(SMALL, tie_weights=False)
+    assert num_parameters(untied) - num_parameters(SMALL) == SMALL.vocab_size * SMALL.n_embd
+    assert n_params(GPT(untied)) - n_params(GPT(SMALL)) == SMALL.vocab_size * SMALL.n_embd
+
+
+# --- weight tying and initialisation ------------------------------------------------------------
+
+def test_tied_weights_share_storage_and_gradient():
+    model = GPT(SMALL)
+    wte = model.transformer.embed.wte.weight
+    assert model.lm_head.weight is wte and model.lm_head.weight.data_ptr() == wte.data_ptr()
+    with torch.no_grad():
+        wte[3, 0] = 7.0
+    assert model.lm_head.weight[3, 0].item() == 7.0  # one tensor, seen through both names
+    untied = GPT(replace(SMALL, tie_weights=False))
+    assert untied.lm_head.weight.data_ptr() != untied.transformer.embed.wte.weight.data_ptr()
+    # the shared matrix collects the gradient of both uses: compare with an untied copy
+    torch.manual_seed(0)
+    idx = torch.randint(0, SMALL.vocab_size, (2, 10))
+    tgt = torch.randint(0, SMALL.vocab_size, (2, 10))
+    untied.load_state_dict(model.state_dict())
+    model(idx, tgt)[1].backward()
+    untied(idx, tgt)[1].backward()
+    both = untied.lm_head.weight.grad + untied.transformer.embed.wte.weight.grad
+    torch.testing.assert_close(wte.grad, both, rtol=1e-5, atol=1e-7)
+
+
+def test_initialisation_follows_gpt2():
+    config = GPTConfig(vocab_size=500, block_size=64, n_layer=8, n_head=4, n_embd=128)
+    torch.manual_seed(0)
+    model = GPT(config)
+    resid = 0.02 / math.sqrt(2 * config.n_layer)
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            assert torch.all(p == 0), name
+        elif ".ln_" in name:
+            assert torch.all(p == 1), name
+        else:
+            want = resid if name.endswith("c_proj.weight") else 0.02
+            assert p.std().item() == pytest.approx(want, rel=0.05), name
+            assert abs(p.mean().item()) < 0.1 * want, name
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_initial_loss_is_close_to_ln_v(tie):
+    config = GPTConfig(vocab_size=256, block_size=64, n_layer=4, n_head=4, n_embd=64,
+                       tie_weights=tie)
+    torch.manual_seed(1)
+    model = GPT(config).eval()
+    idx = torch.randint(0, 256, (8, 64))
+    tgt = torch.randint(0, 256, (8, 64))
+    with torch.no_grad():
+        logits, loss = model(idx, tgt)
+    assert abs(loss.item() - math.log(256)) < 0.05
+    # Why not exactly ln V: the logits spread a little, and for Gaussian logits of variance s^2
+    # E[logsumexp] ~ ln V + s^2 / 2. Averaging the loss over all V targets removes the noise of
+    # drawing targets, and leaves that excess.
+    over_targets = (logits.logsumexp(-1) - logits.mean(-1)).mean().item()
+    s2 = logits.var(-1).mean().item()
+    assert over_targets - math.log(256) == pytest.approx(s2 / 2, abs=0.003)
+    assert s2 == pytest.approx(0.02**2 * config.n_embd, rel=0.2)  # LN output (unit var) @ W
+
+
+def test_loss_is_the_mean_cross_entropy_of_the_logits():
+    torch.manual_seed(2)
+    model = GPT(SMALL).eval()
+    idx = torch.randint(0, SMALL.vocab_size, (3, 11))
+    tgt = torch.randint(0, SMALL.vocab_size, (3, 11))
+    with torch.no_grad():
+        logits, loss = model(idx, tgt)
+        alone = model(idx)
+    torch.testing.assert_close(logits, alone)
+    logp = logits.double().log_softmax(-1)  # (B, T, V)
+    manual = -logp.gather(-1, tgt[..., None]).mean()
+    assert loss.item() == pytest.approx(manual.item(), rel=1e-5)
+    assert logits.shape == (3, 11, SMALL.vocab_size)
+
+
+def test_forward_is_the_stack_of_its_parts():
+    torch.manual_seed(3)
+    model = GPT(SMALL).eval()
+    idx = torch.randint(0, SMALL.vocab_size, (2, 9))
+    with torch.no_grad():
+        x = model.transformer.embed(idx)  # (B, T, C)
+        for block in model.transformer.h:
+            x = block(x)
+        manual = model.transformer.ln_f(x) @ model.transformer.embed.wte.weight.T  # (B, T, V)
+        torch.testing.assert_close(model(idx), manual)
+
+
+# --- equivalence with Hugging Face ---------------------------------------------------------------
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_same_logits_as_hugging_face_gpt2(tie):
+    config = replace(SMALL, tie_weights=tie)
+    torch.manual_seed(4)
+    ours = GPT(config).eval()
+    theirs = hf_model(config)
+    theirs.load_state_dict(ours.to_hf_state_dict(), strict=True)
+    idx = torch.randint(0, config.vocab_size, (3, config.block_size))
+    with torch.no_grad():
+        ref = theirs(idx).logits
+        assert (ours(idx) - ref).abs().max().item() < 1e-5
+        # the other direction: HF's own random weights loaded into ours
+        back = GPT.from_hf_state_dict(hf_model(config).state_dict(), config).eval()
+        theirs.load_state_dict(back.to_hf_state_dict())
+        assert (back(idx) - theirs(idx).logits).abs().max().item() < 1e-5
+        # HF shifts labels itself; ours takes the already-shifted targets
+        hf_loss = theirs(idx, labels=idx).loss
+        _, loss = back(idx[:, :-1], idx[:, 1:])
+        assert loss.item() == pytest.approx(hf_loss.item(), abs=1e-5)
+        # weights of a realistic size (an initialisation hides e.g. a wrong GELU variant):
+        # every tensor shifted by N(0, 0.1^2), norms and biases included
+        g = torch.Generator().manual_seed(0)
+        noisy = {k: v + 0.1 * torch.randn(v.shape, generator=g)
+                 for k, v in theirs.state_dict().items()}
+        if tie:
+            noisy["lm_head.weight"] = noisy["transformer.wte.weight"]
+        theirs.load_state_dict(noisy, strict=True)
+        back = GPT.from_hf_state_dict(noisy, config).eval()
+        ref = theirs(idx).logits
+        assert ref.std() > 0.3  # logits no longer near 0 (at initialisation: about 0.1)
+        assert (back(idx) - ref).abs().max().item() < 1e-5
+        wrong_gelu = GPT(replace(config, activation="gelu")).eval()
+        wrong_gelu.load_state_dict(back.state_dict())
+        assert (wrong_gelu(idx) - ref).abs().max().item() > 1e-4  # caught
+
+
+def test_hf_mapping_rejects_mismatches():
+    sd = GPT(SMALL).to_hf_state_dict()
+    with pytest.raises(ValueError, match="missing"):
+        GPT.from_hf_state_dict({k: v for k, v in sd.items() if "ln_f" not in k}, SMALL)
+    with pytest.raises(ValueError, match="unexpected"):
+        GPT.from_hf_state_dict({**sd, "transformer.extra.weight": torch.zeros(1)}, SMALL)
+    with pytest.raises(ValueError, match="shape"):
+        GPT.from_hf_state_dict(sd, replace(SMALL, vocab_size=60))
+    with pytest.raises(ValueError, match="rmsnorm"):
+        GPT(replace(SMALL, norm="rmsnorm")).to_hf_state_dict()
+    untied = GPT(replace(SMALL, tie_weights=False)).to_hf_state_dict()
+    with pytest.raises(ValueError, match="not tied"):
+        GPT.from_hf_state_dict(untied, SMALL)
+    tied_without_head = {k: v for k, v in sd.items() if k != "lm_head.weight"}
+    model = GPT.from_hf_state_dict(tied_without_head, SMALL)
+    assert torch.equal(model.lm_head.weight, sd["transformer.wte.weight"])
+
+
+# --- KV cache ------------------------------------------------------------------------------------
+
+variants = [
+    SMALL,
+    replace(SMALL, norm="rmsnorm", norm_position="post", activation="relu", bias=False),
+    replace(SMALL, positional="sinusoidal", tie_weights=False, n_layer=3),
+]
+
+
+@pytest.mark.parametrize("config", variants, ids=["gpt2", "post-rms", "sinusoidal"])
+def test_incremental_logits_equal_full_logits(config):
+    torch.manual_seed(5)
+    model = GPT(config).eval()
+    idx = torch.randint(0, config.vocab_size, (2, config.block_size))
+    with torch.no_grad():
+        full = model(idx)  # (B, T, V)
+        caches = model.new_caches(2)
+        one_by_one = torch.cat([model(idx[:, t:t + 1], caches=caches)
+                                for t in range(config.block_size)], dim=1)
+        for c in caches:
+            c.reset()
+        chunks, start = [], 0
+        for size in [5, 1, 7, 11]:
+            chunks.append(model(idx[:, start:start + size], caches=caches))
+            start += size
+    assert caches[0].length == config.block_size
+    torch.testing.assert_close(one_by_one, full, rtol=0, atol=1e-5)
+    torch.testing.assert_close(torch.cat(chunks, dim=1), full, rtol=0, atol=1e-5)
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+def test_bad_inputs_raise_clear_errors():
+    model = GPT(SMALL)
+    ok = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="T_max"):
+        model(torch.zeros(1, SMALL.block_size + 1, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\[0, 60\]"):
+        model(torch.tensor([[1, 61]]))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(torch.tensor([[-1, 2]]))
+    with pytest.raises(TypeError, match="integer"):
+        model(ok.float())
+    with pytest.raises(ValueError, match=r"shape \(B, T\)"):
+        model(torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="at least|\\[1,"):
+        model(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="targets"):
+        model(ok, torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(ok, torch.full((1, 4), 99))
+    with torch.no_grad():
+        caches = model.new_caches(1)
+        model(torch.zeros(1, 20, dtype=torch.long), caches=caches)
+        with pytest.raises(ValueError, match="20 cached"):
+            model(torch.zeros(1, 5, dtype=torch.long), caches=caches)
+        with pytest.raises(ValueError, match="batch size"):
+            model(torch.zeros(2, 1, dtype=torch.long), caches=model.new_caches(1))
+        with pytest.raises(ValueError, match="list of 2"):
+            model(ok, caches=model.new_caches(1)[:1])
+        with pytest.raises(TypeError, match="KVCache"):
+            model(ok, caches=[None, None])
+
+
+def test_bad_configs_raise_clear_errors():
+    with pytest.raises(TypeError, match="GPTConfig"):
+        GPT({"n_layer": 2})
+    with pytest.raises(TypeError, match="GPTConfig"):
+        parameter_counts("gpt2")
+    with pytest.raises(ValueError, match="divisible"):
+        GPT(replace(SMALL, n_head=5))
+    with pytest.raises(ValueError, match="n_layer"):
+        GPT(replace(SMALL, n_layer=0))
