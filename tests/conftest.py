@@ -39,6 +39,19 @@ def require_data(name: str) -> Path:
         pytest.skip(f"data file {name!r} is not available: {error}")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """Run the tests on one torch thread. Their tensors are tiny: a second thread only adds
+    synchronisation, which on a busy two-core machine costs far more than the arithmetic
+    (seconds instead of milliseconds). Imported lazily so that non-torch tests stay light."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def data_path() -> Callable[[str], Path]:
     """A function ``name -> Path`` applying the ``require_data`` policy."""

@@ -33,16 +33,6 @@ def corpora(draw, min_len: int = 2, max_len: int = 300) -> tuple[list[int], int]
     return ids, V
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tensors are tiny: a second thread only adds synchronisation, which on a busy
-    machine costs far more than the arithmetic (seconds instead of milliseconds)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _random_ids(n: int, V: int, seed: int) -> list[int]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, V, (n,), generator=g).tolist()

@@ -3,4 +3,24 @@
 Each module holds one concept of the book; chapters import from here instead of copying code.
 """
 
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only for type checkers: importing torch here would slow down every import
+    from tinygpt.model import GPT
+    from tinygpt.tokenizer import BPETokenizer, CharTokenizer
+
 __version__ = "0.1.0"
+
+
+def load(path: str | os.PathLike[str]) -> tuple[GPT, CharTokenizer | BPETokenizer | None]:
+    """The ``(model, tokenizer)`` of the checkpoint folder ``path`` (model in eval mode, CPU).
+
+    A shortcut for ``tinygpt.checkpoint.load_checkpoint(path)``, imported only when called.
+    """
+    from tinygpt.checkpoint import load_checkpoint
+
+    checkpoint = load_checkpoint(path)
+    return checkpoint.model, checkpoint.tokenizer

@@ -1,0 +1,376 @@
+"""Training a GPT: batches, the learning-rate schedule, AdamW, evaluation and the loop itself.
+
+It handles:
+
+* ``TrainConfig``: every training setting (batch size, steps, learning rates, AdamW's
+  hyper-parameters, clipping, accumulation, evaluation and saving intervals, seed, device) in one
+  validated, frozen dataclass; the model's sizes stay in ``GPTConfig``;
+* ``get_batch``: ``B`` random windows of ``T + 1`` tokens of a token stream, as inputs ``x`` and
+  next-token targets ``y`` (``y`` is ``x`` shifted left by one), drawn with a seeded generator;
+* ``lr_at``: linear warm-up, then a cosine decay to ``min_lr``;
+* ``configure_optimizer``: ``torch.optim.AdamW`` with weight decay on matrices only;
+* ``estimate_loss``: the mean loss over ``eval_iters`` batches, without gradients;
+* ``train``: the loop, which returns its history (one record per step) and, given ``out_dir``,
+  saves checkpoints that it can resume from bit for bit.
+
+It does not define the model (``tinygpt.model``), read corpora or tokenize
+(``tinygpt.data``, ``tinygpt.tokenizer``), write files (``tinygpt.checkpoint``) or sample.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from tinygpt.config import GPTConfig
+from tinygpt.model import GPT
+
+Record = dict[str, Any]  # one history entry: {"step", "loss", "lr", "tokens_per_s", ...}
+
+
+class TrainingDivergedError(FloatingPointError):
+    """The loss or the gradient became infinite or NaN; the weights were not updated with it."""
+
+
+def _check_int(value: object, name: str, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"TrainConfig.{name} must be an integer >= {low}, got {value!r}")
+
+
+def _check_float(value: object, name: str, low: float, high: float, *,
+                 low_open: bool = False, high_open: bool = True) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"TrainConfig.{name} must be a number, got {value!r}")
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if not math.isfinite(value) or too_low or too_high:
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise ValueError(f"TrainConfig.{name} must be in {interval}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train: nanoGPT's settings and names. The context length is the model's block_size.
+
+    Attributes:
+        batch_size: ``B``, sequences per micro-batch.
+        max_iters: optimizer steps in the whole run.
+        learning_rate: the peak learning rate, reached at the end of warm-up.
+        min_lr: the learning rate at the end of the cosine decay (and after it).
+        warmup_iters: steps of linear warm-up from ``learning_rate / warmup_iters``.
+        lr_decay_iters: the step where the cosine decay ends; ``None`` means ``max_iters``.
+        weight_decay: AdamW's decoupled weight decay, applied to matrices only.
+        beta1, beta2: AdamW's averaging coefficients for the gradient and its square.
+        grad_clip: clip the global gradient norm to this value; 0 turns clipping off.
+        grad_accum_steps: micro-batches whose gradients are averaged into one step
+            (the step sees ``batch_size * grad_accum_steps`` sequences).
+        eval_interval: evaluate every this many steps (and after the last step).
+        eval_iters: batches per split in each evaluation.
+        log_interval: refresh the progress bar every this many steps.
+        save_every: with an ``out_dir``, save a checkpoint every this many steps; the last
+            step is always saved; 0 saves only the last step.
+        seed: seeds the model's initialisation, dropout, batches and evaluation batches.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"`` (CUDA if available).
+    """
+
+    batch_size: int = 32
+    max_iters: int = 2000
+    learning_rate: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    lr_decay_iters: int | None = None
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    grad_accum_steps: int = 1
+    eval_interval: int = 250
+    eval_iters: int = 20
+    log_interval: int = 10
+    save_every: int = 0
+    seed: int = 1337
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_iters", "grad_accum_steps", "eval_interval",
+                     "eval_iters", "log_interval"):
+            _check_int(getattr(self, name), name, 1)
+        for name in ("warmup_iters", "save_every", "seed"):
+            _check_int(getattr(self, name), name, 0)
+        if self.lr_decay_iters is not None:
+            _check_int(self.lr_decay_iters, "lr_decay_iters", 1)
+        _check_float(self.learning_rate, "learning_rate", 0.0, math.inf, low_open=True)
+        _check_float(self.min_lr, "min_lr", 0.0, self.learning_rate, high_open=False)
+        _check_float(self.weight_decay, "weight_decay", 0.0, math.inf)
+        _check_float(self.beta1, "beta1", 0.0, 1.0)
+        _check_float(self.beta2, "beta2", 0.0, 1.0)
+        _check_float(self.grad_clip, "grad_clip", 0.0, math.inf)
+        if not isinstance(self.device, str) or not (
+                self.device in ("cpu", "cuda", "mps", "auto")
+                or (self.device.startswith("cuda:") and self.device[5:].isdigit())):
+            raise ValueError(f"TrainConfig.device must be 'cpu', 'cuda', 'cuda:N', 'mps' or "
+                             f"'auto', got {self.device!r}")
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Sequences per optimizer step, ``batch_size * grad_accum_steps`` (times ``T`` tokens)."""
+        return self.batch_size * self.grad_accum_steps
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device for ``TrainConfig.device`` (``"auto"``: CUDA if available, else CPU)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was asked for, but CUDA is not available here; "
+                         "use device='cpu' or 'auto'")
+    return torch.device(name)
+
+
+def get_batch(data: Tensor, batch_size: int, block_size: int,
+              generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """``batch_size`` random windows of ``data``: inputs ``x`` and targets ``y``, both ``(B, T)``.
+
+    ``data`` is a 1-D integer tensor of token ids ``(N,)``. Each window starts at a uniformly
+    drawn offset ``i`` in ``[0, N - T - 1]`` (with ``generator``); ``x = data[i : i+T]`` and
+    ``y = data[i+1 : i+T+1]``, so ``y[b, t]`` is the token that follows ``x[b, t]``.
+    """
+    if not isinstance(data, Tensor) or data.dim() != 1 or data.is_floating_point():
+        what = f"a {data.dim()}-D {data.dtype} tensor" if isinstance(data, Tensor) else type(
+            data).__name__
+        raise TypeError(f"data must be a 1-D integer tensor of token ids, got {what}")
+    _check_int(batch_size, "batch_size", 1)
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    N = data.numel()
+    if N < block_size + 1:
+        raise ValueError(f"data holds {N} tokens, but a window of block_size={block_size} needs "
+                         f"at least block_size + 1 = {block_size + 1}; use more text or a "
+                         "smaller block_size")
+    ix = torch.randint(N - block_size, (batch_size,), generator=generator)  # (B,)
+    windows = data.unfold(0, block_size + 1, 1)[ix]  # (B, T+1): copies of the chosen windows
+    return windows[:, :-1].long(), windows[:, 1:].long()  # (B, T), (B, T)
+
+
+def lr_at(step: int, config: TrainConfig) -> float:
+    """The learning rate of optimizer step ``step`` (counting from 0).
+
+    Warm-up: ``learning_rate * (step + 1) / warmup_iters`` for ``step < warmup_iters``; then a
+    cosine from ``learning_rate`` down to ``min_lr`` at ``lr_decay_iters`` (default
+    ``max_iters``); ``min_lr`` from there on.
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an integer >= 0, got {step!r}")
+    lr, warmup = config.learning_rate, config.warmup_iters
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    end = config.max_iters if config.lr_decay_iters is None else config.lr_decay_iters
+    if step >= end:
+        return config.min_lr
+    ratio = (step - warmup) / (end - warmup)  # in [0, 1)
+    return config.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - config.min_lr)
+
+
+def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with two groups: matrices (``dim >= 2``: weights, embeddings) get ``weight_decay``,
+    vectors (biases, norm gains) get none. Shared (tied) parameters appear once."""
+    params = [p for p in model.parameters() if p.requires_grad]  # a tied matrix is yielded once
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2),
+                             fused=False)
+
+
+def estimate_loss(model: GPT, splits: Mapping[str, Tensor], config: TrainConfig,
+                  generator: torch.Generator | None = None) -> dict[str, float]:
+    """The mean loss of each split over ``config.eval_iters`` batches of ``config.batch_size``.
+
+    Runs in eval mode (no dropout) under ``torch.no_grad()`` and restores the model's mode.
+    """
+    T = model.config.block_size
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = {}
+    with torch.no_grad():
+        for name, data in splits.items():
+            losses = []
+            for _ in range(config.eval_iters):
+                x, y = get_batch(data, config.batch_size, T, generator)  # (B, T)
+                _, loss = model(x.to(device), y.to(device))
+                losses.append(loss.item())
+            out[name] = sum(losses) / len(losses)
+    model.train(was_training)
+    return out
+
+
+def _as_tokens(data: object, name: str, config: GPTConfig) -> Tensor:
+    """``data`` as a 1-D int64 CPU tensor of ids in ``[0, V)``, long enough for one window."""
+    try:
+        t = data if isinstance(data, Tensor) else torch.as_tensor(data)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be a 1-D sequence of token ids, got "
+                        f"{type(data).__name__}") from None
+    if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must be a 1-D integer sequence of token ids, got shape "
+                        f"{tuple(t.shape)} and dtype {t.dtype}")
+    T, V = config.block_size, config.vocab_size
+    if t.numel() < T + 1:
+        raise ValueError(f"{name} holds {t.numel()} tokens, but training windows of "
+                         f"block_size={T} need at least {T + 1}; use more text or a smaller "
+                         "block_size")
+    lo, hi = int(t.min()), int(t.max())
+    if lo < 0 or hi >= V:
+        raise ValueError(f"{name} holds token id {lo if lo < 0 else hi}, outside the model's "
+                         f"vocabulary [0, {V}); is vocab_size right for this tokenizer?")
+    return t.to(device="cpu", dtype=torch.long)
+
+
+def train(
+    model_config: GPTConfig, train_config: TrainConfig, train_data: object, val_data: object, *,
+    out_dir: str | Path | None = None, tokenizer: object = None, resume: bool = False,
+    model: GPT | None = None, progress: bool = True,
+    callback: Callable[[Record, GPT], bool | None] | None = None,
+) -> list[Record]:
+    """Train a GPT and return its history: one record per optimizer step.
+
+    Each record holds ``step`` (updates done), ``loss`` (the step's training loss), ``lr`` and
+    ``tokens_per_s``; every ``eval_interval`` steps and after the last, also ``train_loss`` and
+    ``val_loss`` (``estimate_loss``). A fresh run first records ``{"step": 0, "train_loss",
+    "val_loss"}``, the loss of the initialised model.
+
+    Without ``model``, the global torch and ``random`` RNGs are seeded with ``seed`` and a new
+    ``GPT(model_config)`` is built; ``model`` trains that model in place instead. ``out_dir``:
+    save checkpoints there (``tinygpt.checkpoint``), every ``save_every`` steps and after the last;
+    ``callback(record, model)`` is called after each step (and its save); returning True stops
+    training (saving that step). ``resume=True`` continues the checkpoint in ``out_dir`` --
+    model, optimizer, RNG states and history -- up to ``train_config.max_iters``, giving the same
+    numbers as an uninterrupted run. A NaN or infinite loss or gradient raises
+    ``TrainingDivergedError`` before any weight is changed; the last saved checkpoint is kept.
+    """
+    from tinygpt.checkpoint import load_checkpoint, restore_optimizer, save_checkpoint
+
+    if not isinstance(model_config, GPTConfig):
+        raise TypeError(f"model_config must be a GPTConfig, got {type(model_config).__name__}")
+    if not isinstance(train_config, TrainConfig):
+        raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
+    if resume and out_dir is None:
+        raise ValueError("resume=True needs the out_dir holding the checkpoint to continue")
+    if model is not None and model.config != model_config:
+        raise ValueError(f"model has config {model.config}, not model_config {model_config}")
+    cfg, T = train_config, model_config.block_size
+    train_data = _as_tokens(train_data, "train_data", model_config)
+    val_data = _as_tokens(val_data, "val_data", model_config)
+    device = resolve_device(cfg.device)
+    batch_gen = torch.Generator()
+
+    if resume:
+        ckpt = load_checkpoint(out_dir)
+        if ckpt.model_config != model_config:
+            raise ValueError(f"the checkpoint in {out_dir} has model config {ckpt.model_config}, "
+                             f"not {model_config}")
+        if model is None:
+            model = ckpt.model
+        else:
+            model.load_state_dict(ckpt.model.state_dict())
+        model.to(device).train()
+        optimizer = configure_optimizer(model, cfg)
+        restore_optimizer(optimizer, ckpt.optimizer_state, out_dir)
+        rng = ckpt.rng_states
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        batch_gen.set_state(rng["batch"])
+        if device.type == "cuda" and "cuda" in rng:
+            torch.cuda.set_rng_state(rng["cuda"], device)
+        step, history = ckpt.step, list(ckpt.history)
+        tokenizer = ckpt.tokenizer if tokenizer is None else tokenizer
+    else:
+        if model is None:
+            torch.manual_seed(cfg.seed)
+            random.seed(cfg.seed)
+            model = GPT(model_config)
+        model.to(device).train()
+        batch_gen.manual_seed(cfg.seed)
+        optimizer = configure_optimizer(model, cfg)
+        step, history = 0, []
+
+    splits = {"train_loss": train_data, "val_loss": val_data}
+
+    def evaluate() -> dict[str, float]:  # the same held-out batches at every evaluation
+        return estimate_loss(model, splits, cfg, torch.Generator().manual_seed(cfg.seed + 1))
+
+    def save() -> None:
+        rng = {"torch": torch.get_rng_state(), "python": random.getstate(),
+               "batch": batch_gen.get_state()}
+        if device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(device)
+        save_checkpoint(out_dir, model, optimizer, model_config, cfg, step, tokenizer, rng,
+                        history)
+
+    if step == 0 and not history:
+        history.append({"step": 0, **evaluate()})
+    last_saved = step if resume else None
+    from tqdm.auto import tqdm
+    bar = tqdm(total=cfg.max_iters, initial=step, disable=not progress, unit="step")
+    try:
+        while step < cfg.max_iters:
+            lr = lr_at(step, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            t0 = time.perf_counter()
+            total = 0.0
+            for _ in range(cfg.grad_accum_steps):
+                x, y = get_batch(train_data, cfg.batch_size, T, batch_gen)  # (B, T)
+                _, loss = model(x.to(device), y.to(device))
+                if not torch.isfinite(loss):
+                    _diverged(f"the loss is {loss.item()}", step, lr, out_dir, last_saved)
+                (loss / cfg.grad_accum_steps).backward()
+                total += loss.item()
+            # the global gradient norm, clipped to grad_clip (inf: measured only, scaled by 1)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)
+            if not torch.isfinite(norm):
+                _diverged(f"the gradient norm is {norm.item()}", step, lr, out_dir, last_saved)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            seconds = time.perf_counter() - t0
+            record: Record = {"step": step, "loss": total / cfg.grad_accum_steps, "lr": lr,
+                              "tokens_per_s": cfg.tokens_per_step * T / max(seconds, 1e-9)}
+            if step % cfg.eval_interval == 0 or step == cfg.max_iters:
+                record.update(evaluate())
+            history.append(record)
+            if out_dir is not None and (step == cfg.max_iters
+                                        or (cfg.save_every and step % cfg.save_every == 0)):
+                save()
+                last_saved = step
+            stop = callback is not None and callback(record, model) is True
+            if stop and out_dir is not None and last_saved != step:
+                save()
+            bar.update(1)
+            if step % cfg.log_interval == 0 or step == cfg.max_iters:
+                bar.set_postfix(loss=f"{record['loss']:.4f}",
+                                tok_s=f"{record['tokens_per_s']:.0f}")
+            if stop:
+                break
+    finally:
+        bar.close()
+    model.eval()
+    return history
+
+
+def _diverged(what: str, step: int, lr: float, out_dir: object, last_saved: int | None) -> None:
+    kept = (f"the checkpoint of step {last_saved} in {out_dir} is kept" if last_saved is not None
+            else "no checkpoint was saved")
+    raise TrainingDivergedError(
+        f"{what} at step {step + 1} (lr {lr:.3g}): training diverged and stopped before updating "
+        f"the weights; {kept}. Try a lower learning_rate, more warmup_iters or grad_clip > 0")

@@ -1,0 +1,260 @@
+"""Tests for tinygpt.checkpoint: round trips, tied weights, no pickle, clear errors on damaged
+folders, and atomic saving checked by killing a writer (SIGKILL) in the middle of a save."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+import tinygpt
+from tinygpt.checkpoint import (
+    MODEL_FILE,
+    CheckpointError,
+    load_checkpoint,
+    restore_optimizer,
+    save_checkpoint,
+    unique_tensors,
+)
+from tinygpt.config import GPTConfig
+from tinygpt.model import GPT
+from tinygpt.tokenizer import BPETokenizer, CharTokenizer
+from tinygpt.train import TrainConfig, configure_optimizer
+
+CONFIG = GPTConfig(vocab_size=40, block_size=8, n_layer=1, n_head=2, n_embd=8)
+TRAIN_CONFIG = TrainConfig(batch_size=2, max_iters=5)
+
+
+def trained_model_and_optimizer(config: GPTConfig = CONFIG, seed: int = 0):
+    """A model after two AdamW steps, so that the optimizer holds state."""
+    torch.manual_seed(seed)
+    model = GPT(config)
+    opt = configure_optimizer(model, TRAIN_CONFIG)
+    for _ in range(2):
+        x = torch.randint(config.vocab_size, (2, config.block_size))
+        model(x, x)[1].backward()
+        opt.step()
+        opt.zero_grad()
+    return model, opt
+
+
+def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for name in sa:
+        assert torch.equal(sa[name], sb[name]), name
+
+
+def save(path: Path, step: int = 3, seed: int = 0, tokenizer=None, **kw) -> tuple:
+    model, opt = trained_model_and_optimizer(seed=seed)
+    rng = {"torch": torch.get_rng_state(), "python": random.getstate(),
+           "batch": torch.Generator().manual_seed(7).get_state()}
+    save_checkpoint(path, model, opt, CONFIG, TRAIN_CONFIG, step, tokenizer, rng,
+                    [{"step": 1, "loss": 3.25}], **kw)
+    return model, opt, rng
+
+
+# --- round trips ---------------------------------------------------------------------------------
+
+def test_round_trip_restores_everything(tmp_path):
+    tok = CharTokenizer("abcdefghij")
+    model, opt, rng = save(tmp_path / "ckpt", tokenizer=tok)
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "checkpoint.json", "model.safetensors", "optimizer.safetensors"]
+    ck = load_checkpoint(tmp_path / "ckpt")
+    assert ck.step == 3 and ck.model_config == CONFIG and ck.train_config == TRAIN_CONFIG
+    assert ck.history == [{"step": 1, "loss": 3.25}] and ck.tokenizer.chars == tok.chars
+    assert not ck.model.training
+    assert_same_weights(model, ck.model)
+    assert ck.model.lm_head.weight is ck.model.transformer.embed.wte.weight  # re-tied
+    assert torch.equal(ck.rng_states["torch"], rng["torch"])
+    assert torch.equal(ck.rng_states["batch"], rng["batch"])
+    assert ck.rng_states["python"] == rng["python"]
+    # the optimizer state goes back into a fresh optimizer and matches the original
+    fresh = configure_optimizer(ck.model, TRAIN_CONFIG)
+    restore_optimizer(fresh, ck.optimizer_state)
+    ours, theirs = fresh.state_dict(), opt.state_dict()
+    assert ours["param_groups"] == theirs["param_groups"]
+    for i, state in theirs["state"].items():
+        for key, value in state.items():
+            assert torch.equal(ours["state"][i][key], value), (i, key)
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint_and_leaves_nothing(tmp_path):
+    model, *_ = save(tmp_path / "ckpt", step=1)
+    with pytest.raises(TypeError, match="tokenizer must be"):
+        save(tmp_path / "ckpt", step=2, tokenizer="not a tokenizer")
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
+    ck = load_checkpoint(tmp_path / "ckpt")
+    assert ck.step == 1
+    assert_same_weights(model, ck.model)
+
+
+def test_tied_weights_are_stored_once_untied_twice():
+    tensors, aliases = unique_tensors(GPT(CONFIG))
+    assert "lm_head.weight" not in tensors and aliases == {
+        "lm_head.weight": "transformer.embed.wte.weight"}
+    tensors, aliases = unique_tensors(GPT(replace(CONFIG, tie_weights=False)))
+    assert "lm_head.weight" in tensors and aliases == {}
+
+
+def test_bpe_tokenizer_travels_in_its_own_file(tmp_path):
+    tok = BPETokenizer.train("low lower lowest newer newest " * 20, vocab_size=264)
+    save(tmp_path / "ckpt", tokenizer=tok)
+    assert (tmp_path / "ckpt" / "tokenizer.json").exists()
+    model, loaded = tinygpt.load(tmp_path / "ckpt")
+    assert isinstance(model, GPT) and loaded.merges == tok.merges and loaded.tokens == tok.tokens
+
+
+def test_loading_never_unpickles(tmp_path, monkeypatch):
+    save(tmp_path / "ckpt")
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a checkpoint must load without pickle")
+
+    for module, name in [(torch, "load"), (pickle, "load"), (pickle, "loads")]:
+        monkeypatch.setattr(module, name, forbidden)
+    assert load_checkpoint(tmp_path / "ckpt").step == 3
+
+
+def test_import_tinygpt_stays_light():
+    code = "import sys, tinygpt; print('torch' in sys.modules, callable(tinygpt.load))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
+# --- damaged folders -----------------------------------------------------------------------------
+
+def edit_json(folder: Path, change) -> None:
+    meta = json.loads((folder / "checkpoint.json").read_text())
+    change(meta)
+    (folder / "checkpoint.json").write_text(json.dumps(meta))
+
+
+def truncate_model(folder: Path) -> None:
+    data = (folder / MODEL_FILE).read_bytes()
+    (folder / MODEL_FILE).write_bytes(data[: len(data) // 2])
+
+
+DAMAGE = {
+    "missing folder": (lambda d: d.rename(d.with_name("elsewhere")), "no such checkpoint"),
+    "missing json": (lambda d: (d / "checkpoint.json").unlink(), "checkpoint.json: missing"),
+    "corrupt json": (lambda d: (d / "checkpoint.json").write_text("{\"format\": "),
+                     "checkpoint.json: not valid JSON"),
+    "other format": (lambda d: edit_json(d, lambda m: m.update(format="nanogpt")),
+                     "not a tinygpt-checkpoint"),
+    "newer version": (lambda d: edit_json(d, lambda m: m.update(version=99)),
+                      "version 99 is not supported"),
+    "truncated weights": (truncate_model, "model.safetensors: .*truncated or corrupt"),
+    "truncated, no checksum": (
+        lambda d: (truncate_model(d), edit_json(d, lambda m: m["sha256"].clear())),
+        "model.safetensors: not a readable safetensors"),
+    "missing weights": (lambda d: (d / MODEL_FILE).unlink(), "model.safetensors: cannot read"),
+    "config mismatch": (lambda d: edit_json(d, lambda m: m["model_config"].update(n_embd=16)),
+                        "model.safetensors: tensor .* has shape .* config needs"),
+    "fewer layers": (lambda d: edit_json(d, lambda m: m["model_config"].update(n_layer=2)),
+                     "model.safetensors: .*do not match .*missing"),
+    "bad config value": (lambda d: edit_json(d, lambda m: m["model_config"].update(n_head=3)),
+                         "checkpoint.json: invalid content .*n_head"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_checkpoint_is_a_clear_error(tmp_path, damage):
+    folder = tmp_path / "ckpt"
+    save(folder)
+    change, message = DAMAGE[damage]
+    change(folder)
+    with pytest.raises(CheckpointError, match=message) as info:
+        load_checkpoint(folder)
+    assert isinstance(info.value, ValueError) and "ckpt" in str(info.value)
+
+
+def test_optimizer_state_of_another_model_is_refused(tmp_path):
+    save(tmp_path / "ckpt")
+    other = GPT(replace(CONFIG, n_embd=16))
+    with pytest.raises(CheckpointError, match="shape"):
+        restore_optimizer(configure_optimizer(other, TRAIN_CONFIG),
+                          load_checkpoint(tmp_path / "ckpt").optimizer_state)
+
+
+# --- atomic saving -------------------------------------------------------------------------------
+
+WRITER = textwrap.dedent("""
+    import os, sys, time
+    import torch
+    import tinygpt.checkpoint as ck
+    from tinygpt.config import GPTConfig
+    from tinygpt.model import GPT
+
+    out, where = sys.argv[1], sys.argv[2]
+
+    def wait_to_be_killed():
+        print("READY", flush=True)
+        time.sleep(120)
+
+    if where == "mid-file":  # half of the first file is on disk
+        def write(path, data):
+            with open(path, "wb") as f:
+                f.write(data[: len(data) // 2])
+                f.flush()
+            wait_to_be_killed()
+        ck._write = write
+    else:  # "mid-swap": the old checkpoint was moved aside, the new one is not yet in place
+        replace, calls = os.replace, []
+        def slow_replace(src, dst):
+            replace(src, dst)
+            calls.append(dst)
+            wait_to_be_killed()
+        ck.os.replace = slow_replace
+    torch.manual_seed(1)
+    config = GPTConfig(**{k: int(v) for k, v in (kv.split("=") for kv in sys.argv[3:])})
+    ck.save_checkpoint(out, GPT(config), None, config, None, step=2)
+""")
+
+
+def test_a_writer_killed_mid_save_leaves_the_previous_checkpoint(tmp_path):
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    sizes = [f"{k}={getattr(CONFIG, k)}" for k in ("vocab_size", "block_size", "n_layer",
+                                                     "n_head", "n_embd")]
+    points = ["mid-file", "mid-swap"]
+    models, writers = {}, {}
+    for where in points:
+        models[where] = save(tmp_path / where / "ckpt", step=1)[0]
+        writers[where] = subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path / where / "ckpt"), where, *sizes],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for where in points:  # both writers run at once; kill each when it reaches its point
+        proc = writers[where]
+        line = proc.stdout.readline()
+        if line.strip() != "READY":
+            proc.kill()
+            pytest.fail(f"writer {where} did not reach its point: {proc.communicate()[1]}")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    for where in points:
+        folder = tmp_path / where / "ckpt"
+        leftovers = [p.name for p in folder.parent.iterdir() if p.name.startswith(".ckpt.")]
+        assert leftovers, "the writer should have left its temporary folder behind"
+        ck = load_checkpoint(folder)
+        assert ck.step == 1
+        assert_same_weights(models[where], ck.model)
+        # the next save completes and clears what the killed one left
+        model, *_ = save(folder, step=3, seed=5)
+        assert sorted(p.name for p in folder.parent.iterdir()) == ["ckpt"]
+        ck = load_checkpoint(folder)
+        assert ck.step == 3
+        assert_same_weights(model, ck.model)

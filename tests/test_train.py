@@ -1,0 +1,241 @@
+"""Tests for tinygpt.train: the config, batches, the schedule, the optimizer's groups, evaluation
+and the training loop (checked against torch's own AdamW, schedulers and cross-entropy)."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinygpt.checkpoint import load_checkpoint
+from tinygpt.config import GPTConfig
+from tinygpt.model import GPT
+from tinygpt.tokenizer import CharTokenizer
+from tinygpt.train import (
+    TrainConfig,
+    TrainingDivergedError,
+    configure_optimizer,
+    estimate_loss,
+    get_batch,
+    lr_at,
+    train,
+)
+
+TEXT = "the quick brown fox jumps over the lazy dog; a lazy dog sleeps in the sun. " * 30
+TOK = CharTokenizer.from_text(TEXT)
+IDS = torch.tensor(TOK.encode(TEXT))
+TRAIN, VAL = IDS[:2000], IDS[2000:]
+MODEL = GPTConfig(vocab_size=TOK.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=16,
+                  dropout=0.1)
+TINY = TrainConfig(batch_size=4, max_iters=6, warmup_iters=2, lr_decay_iters=6, eval_interval=3,
+                   eval_iters=2, grad_accum_steps=2, learning_rate=3e-3)
+
+
+def without_timing(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in history]
+
+
+# --- TrainConfig ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, error", [
+    ("batch_size", 0, ValueError), ("max_iters", 1.5, ValueError), ("warmup_iters", -1, ValueError),
+    ("learning_rate", 0.0, ValueError), ("learning_rate", float("nan"), ValueError),
+    ("min_lr", 1.0, ValueError), ("beta2", 1.0, ValueError), ("weight_decay", "0.1", TypeError),
+    ("grad_clip", -1.0, ValueError), ("lr_decay_iters", 0, ValueError),
+    ("device", "gpu", ValueError), ("grad_accum_steps", True, ValueError),
+])
+def test_config_rejects_bad_values_naming_the_field(field, value, error):
+    with pytest.raises(error, match=field):
+        TrainConfig(**{field: value})
+
+
+# --- get_batch -----------------------------------------------------------------------------------
+
+@settings(max_examples=30, deadline=None)
+@given(N=st.integers(2, 60), B=st.integers(1, 5), T=st.integers(1, 10), seed=st.integers(0, 99))
+def test_get_batch_gives_shifted_windows_of_the_stream(N, B, T, seed):
+    if N < T + 1:
+        with pytest.raises(ValueError, match="block_size"):
+            get_batch(torch.arange(N), B, T)
+        return
+    data = torch.arange(N) * 7 % 101  # distinct values, so a window is found by its first token
+    x, y = get_batch(data, B, T, torch.Generator().manual_seed(seed))
+    assert x.shape == y.shape == (B, T) and x.dtype == y.dtype == torch.int64
+    for row_x, row_y in zip(x, y, strict=True):
+        i = int((data == row_x[0]).nonzero())
+        assert i + T + 1 <= N
+        assert torch.equal(row_x, data[i:i + T]) and torch.equal(row_y, data[i + 1:i + T + 1])
+    x2, y2 = get_batch(data, B, T, torch.Generator().manual_seed(seed))
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+
+
+def test_get_batch_reaches_every_start_and_rejects_bad_data():
+    data = torch.arange(10)
+    g = torch.Generator().manual_seed(0)
+    starts = {int(x[0]) for x in get_batch(data, 500, 4, g)[0]}
+    assert starts == set(range(6))  # 0 .. N - T - 1
+    with pytest.raises(TypeError, match="1-D integer"):
+        get_batch(torch.zeros(10), 2, 4)
+    with pytest.raises(TypeError, match="1-D integer"):
+        get_batch(torch.zeros(2, 10, dtype=torch.long), 2, 4)
+
+
+# --- lr_at ---------------------------------------------------------------------------------------
+
+def test_schedule_warms_up_linearly_then_follows_torchs_cosine_to_min_lr():
+    cfg = TrainConfig(learning_rate=1e-2, min_lr=1e-3, warmup_iters=10, max_iters=110)
+    assert [lr_at(s, cfg) for s in range(10)] == pytest.approx([1e-3 * (s + 1) for s in range(10)])
+    # torch's CosineAnnealingLR over the decay phase is the reference
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=1e-2)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=100, eta_min=1e-3)
+    for s in range(10, 111):
+        assert lr_at(s, cfg) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-9, abs=1e-12)
+        opt.step()
+        sched.step()
+    assert lr_at(60, cfg) == pytest.approx((1e-2 + 1e-3) / 2)
+    assert lr_at(110, cfg) == lr_at(500, cfg) == 1e-3
+    short = replace(cfg, lr_decay_iters=50)
+    assert lr_at(50, short) == 1e-3 and lr_at(49, short) > 1e-3
+    with pytest.raises(ValueError, match="step"):
+        lr_at(-1, cfg)
+
+
+# --- configure_optimizer -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_optimizer_decays_exactly_the_matrices(tie):
+    torch.manual_seed(0)
+    model = GPT(replace(MODEL, tie_weights=tie))
+    opt = configure_optimizer(model, TrainConfig(weight_decay=0.5, learning_rate=0.1))
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["fused"] is False
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.5 and no_decay["weight_decay"] == 0.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert {names[id(p)] for p in decay["params"]} == {
+        n for n, p in model.named_parameters() if p.dim() >= 2}
+    grouped = [id(p) for g in opt.param_groups for p in g["params"]]
+    assert sorted(grouped) == sorted(id(p) for p in model.parameters())  # each one exactly once
+    # With zero gradients Adam's step is 0, so only the decoupled decay moves a parameter.
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    for n, p in model.named_parameters():
+        factor = 1 - 0.1 * 0.5 if p.dim() >= 2 else 1.0
+        torch.testing.assert_close(p.detach(), before[n] * factor)
+
+
+# --- estimate_loss -------------------------------------------------------------------------------
+
+def test_estimate_loss_is_the_mean_cross_entropy_in_eval_mode():
+    torch.manual_seed(0)
+    model = GPT(MODEL).train()
+    cfg = TrainConfig(batch_size=3, eval_iters=4)
+    got = estimate_loss(model, {"val": VAL}, cfg, torch.Generator().manual_seed(5))
+    assert model.training  # the mode is restored
+    g, losses = torch.Generator().manual_seed(5), []
+    model.eval()
+    with torch.no_grad():
+        for _ in range(4):
+            x, y = get_batch(VAL, 3, MODEL.block_size, g)
+            logits = model(x)
+            losses.append(F.cross_entropy(logits.flatten(0, 1), y.flatten()).item())
+    assert got["val"] == pytest.approx(sum(losses) / 4, rel=1e-6)
+    assert all(p.grad is None for p in model.parameters())
+
+
+# --- train ---------------------------------------------------------------------------------------
+
+def test_training_lowers_the_loss_and_records_its_history():
+    cfg = TrainConfig(batch_size=8, max_iters=15, warmup_iters=3, eval_interval=5, eval_iters=4,
+                      learning_rate=2e-2)
+    history = train(replace(MODEL, dropout=0.0), cfg, TRAIN, VAL, progress=False)
+    first, last = history[0], history[-1]
+    assert first["step"] == 0 and first["val_loss"] == pytest.approx(math.log(TOK.vocab_size),
+                                                                      rel=0.05)
+    assert [r["step"] for r in history] == list(range(16))
+    assert [r["step"] for r in history if "val_loss" in r] == [0, 5, 10, 15]
+    assert [r["lr"] for r in history[1:]] == [lr_at(s, cfg) for s in range(15)]
+    assert all(r["tokens_per_s"] > 0 for r in history[1:])
+    assert last["val_loss"] < first["val_loss"] - 0.5
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    model_cfg = replace(MODEL, dropout=0.0)
+    cfg = TrainConfig(batch_size=8, max_iters=1, warmup_iters=0, grad_clip=0.0, eval_iters=1)
+    big, small = GPT(model_cfg), GPT(model_cfg)
+    small.load_state_dict(big.state_dict())
+    h_big = train(model_cfg, cfg, TRAIN, VAL, model=big, progress=False)
+    h_small = train(model_cfg, replace(cfg, batch_size=4, grad_accum_steps=2), TRAIN, VAL,
+                    model=small, progress=False)
+    assert h_small[1]["loss"] == pytest.approx(h_big[1]["loss"], rel=1e-5)
+    for (name, a), b in zip(big.named_parameters(), small.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
+    straight = train(MODEL, TINY, TRAIN, VAL, out_dir=tmp_path / "a", tokenizer=TOK,
+                     progress=False)
+    train(MODEL, replace(TINY, max_iters=3), TRAIN, VAL, out_dir=tmp_path / "b", tokenizer=TOK,
+          progress=False)
+    torch.manual_seed(12345)  # a fresh process would start from other RNG states
+    random.seed(12345)
+    resumed = train(MODEL, TINY, TRAIN, VAL, out_dir=tmp_path / "b", resume=True, progress=False)
+    assert without_timing(resumed) == without_timing(straight)
+    a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
+    assert a.step == b.step == 6 and b.tokenizer.chars == TOK.chars
+    for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values(),
+                            strict=True):
+        assert torch.equal(p, q), name
+    for i, state in a.optimizer_state["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, b.optimizer_state["state"][i][key]), (i, key)
+
+
+def test_resume_errors(tmp_path):
+    with pytest.raises(ValueError, match="out_dir"):
+        train(MODEL, TINY, TRAIN, VAL, resume=True, progress=False)
+    train(MODEL, replace(TINY, max_iters=1), TRAIN, VAL, out_dir=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="model config"):
+        train(replace(MODEL, n_embd=32), TINY, TRAIN, VAL, out_dir=tmp_path, resume=True,
+              progress=False)
+
+
+def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    cfg = TrainConfig(batch_size=4, max_iters=20, warmup_iters=0, learning_rate=1e30,
+                      grad_clip=0.0, save_every=1, eval_iters=1)
+    with pytest.raises(TrainingDivergedError, match=r"step 2 .*checkpoint of step 1"):
+        train(MODEL, cfg, TRAIN, VAL, out_dir=tmp_path, progress=False)
+    kept = load_checkpoint(tmp_path)
+    assert kept.step == 1
+    assert all(torch.isfinite(p).all() for p in kept.model.parameters())
+
+
+def test_callback_can_stop_training_and_the_stop_is_saved(tmp_path):
+    seen = []
+
+    def stop_at_two(record, model):
+        seen.append(record["step"])
+        return record["step"] == 2
+
+    history = train(MODEL, TINY, TRAIN, VAL, out_dir=tmp_path, callback=stop_at_two,
+                    progress=False)
+    assert seen == [1, 2] and history[-1]["step"] == 2 and load_checkpoint(tmp_path).step == 2
+
+
+@pytest.mark.parametrize("train_data, error, match", [
+    (IDS[:16], ValueError, "holds 16 tokens.*at least 17"),
+    (torch.zeros(100), TypeError, "integer"),
+    (torch.full((100,), TOK.vocab_size), ValueError, "vocabulary"),
+    ("not tokens", TypeError, "token ids"),
+])
+def test_bad_training_data_is_a_clear_error(train_data, error, match):
+    with pytest.raises(error, match=match):
+        train(MODEL, TINY, train_data, VAL, progress=False)
