@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import strategies as st
 
 from tinygpt.data import DataNotFoundError, get_path
 
@@ -56,3 +57,19 @@ def one_torch_thread():
 def data_path() -> Callable[[str], Path]:
     """A function ``name -> Path`` applying the ``require_data`` policy."""
     return require_data
+
+
+@st.composite
+def corpora(draw, min_len: int = 1, max_len: int = 300) -> tuple[list[int], int]:
+    """Hypothesis strategy: a vocabulary size V (1 to 12) and a random id sequence over it."""
+    V = draw(st.integers(1, 12))
+    ids = draw(st.lists(st.integers(0, V - 1), min_size=min_len, max_size=max_len))
+    return ids, V
+
+
+def random_ids(n: int, V: int, seed: int) -> list[int]:
+    """``n`` ids drawn uniformly from ``range(V)`` with a seeded generator."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, V, (n,), generator=g).tolist()

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import corpora
+from conftest import random_ids as _random_ids
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,25 +26,11 @@ from tinygpt.bigram import (
     train_bigram_net,
 )
 
-
-@st.composite
-def corpora(draw, min_len: int = 2, max_len: int = 300) -> tuple[list[int], int]:
-    """A vocabulary size and a random id sequence over it."""
-    V = draw(st.integers(1, 12))
-    ids = draw(st.lists(st.integers(0, V - 1), min_size=min_len, max_size=max_len))
-    return ids, V
-
-
-def _random_ids(n: int, V: int, seed: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, V, (n,), generator=g).tolist()
-
-
 # --- Counting -------------------------------------------------------------------------------------
 
 
 @settings(max_examples=60, deadline=None)
-@given(corpora())
+@given(corpora(min_len=2))
 def test_counts_equal_a_python_loop(corpus) -> None:
     ids, V = corpus
     expected = [[0] * V for _ in range(V)]
@@ -57,7 +45,7 @@ def test_counts_equal_a_python_loop(corpus) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(corpora(), st.floats(0.01, 5.0))
+@given(corpora(min_len=2), st.floats(0.01, 5.0))
 def test_smoothed_rows_are_positive_distributions(corpus, k) -> None:
     ids, V = corpus
     probs = bigram_probs(bigram_counts(ids, V), smoothing=k)
@@ -83,7 +71,7 @@ def test_zero_count_means_infinite_loss_unless_smoothed() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(corpora(), st.floats(0.1, 3.0))
+@given(corpora(min_len=2), st.floats(0.1, 3.0))
 def test_loss_matches_torch_cross_entropy(corpus, k) -> None:
     ids, V = corpus
     probs = bigram_probs(bigram_counts(ids, V), smoothing=k)

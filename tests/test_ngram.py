@@ -8,24 +8,13 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from conftest import corpora
+from conftest import random_ids as _random_ids
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinygpt.bigram import bigram_counts, bigram_loss, bigram_probs, sample_bigram
 from tinygpt.ngram import NGramModel
-
-
-@st.composite
-def corpora(draw, min_len: int = 1, max_len: int = 300) -> tuple[list[int], int]:
-    """A vocabulary size and a random id sequence over it."""
-    V = draw(st.integers(1, 12))
-    ids = draw(st.lists(st.integers(0, V - 1), min_size=min_len, max_size=max_len))
-    return ids, V
-
-
-def _random_ids(n: int, V: int, seed: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, V, (n,), generator=g).tolist()
 
 
 @settings(max_examples=40, deadline=None)
