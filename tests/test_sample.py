@@ -1,0 +1,286 @@
+"""Tests for tinygpt.sample: logits processing against numpy references, greedy and seeded
+sampling, cached against uncached generation (also past the context length), stop tokens and
+the argument checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from tinygpt.model import GPT, GPTConfig
+from tinygpt.sample import (
+    apply_temperature,
+    context_schedule,
+    generate,
+    process_logits,
+    sample_next,
+    top_k_filter,
+    top_p_filter,
+)
+
+
+TINY = GPTConfig(vocab_size=23, block_size=12, n_layer=2, n_head=2, n_embd=16)
+
+
+def tiny_model(config: GPTConfig = TINY, seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    model = GPT(config)
+    with torch.no_grad():  # larger weights than GPT-2's init: sharper, more varied logits
+        for p in model.parameters():
+            p.mul_(8.0)
+    return model
+
+
+def prompt(B: int, T: int, V: int = TINY.vocab_size, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def greedy_reference(model: GPT, idx: torch.Tensor, n: int, keep: int) -> torch.Tensor:
+    """The textbook loop, written independently: full forward on the context each step."""
+    T_max = model.config.block_size
+    seq = idx.clone()
+    start = max(0, idx.shape[1] - T_max)
+    with torch.no_grad():
+        for _ in range(n):
+            if seq.shape[1] - start > T_max:
+                start = seq.shape[1] - keep
+            logits = model(seq[:, start:])[:, -1]  # (B, V)
+            seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], dim=1)
+    return seq
+
+
+# --- logits processing ---------------------------------------------------------------------------
+
+row_logits = arrays(np.float64, st.integers(2, 30),
+                    elements=st.floats(-10, 10, allow_nan=False, allow_infinity=False))
+
+
+def test_temperature_scales_and_softmax_sharpens():
+    z = torch.tensor([[1.0, 2.0, 4.0]])
+    assert torch.allclose(apply_temperature(z, 0.5), z * 2)
+    p_cold = torch.softmax(apply_temperature(z, 0.5), -1)[0, -1]
+    p_hot = torch.softmax(apply_temperature(z, 2.0), -1)[0, -1]
+    assert p_cold > torch.softmax(z, -1)[0, -1] > p_hot
+
+
+@settings(max_examples=60, deadline=None)
+@given(row_logits, st.data())
+def test_top_k_keeps_exactly_the_k_largest(z, data):
+    k = data.draw(st.integers(1, len(z)))
+    out = top_k_filter(torch.tensor(z)[None], k)[0].numpy()
+    kept = np.isfinite(out)
+    assert kept.sum() == k
+    assert np.array_equal(out[kept], z[kept])  # kept logits are unchanged
+    if k < len(z):
+        assert z[kept].min() >= z[~kept].max()  # nothing dropped beats anything kept
+
+
+@settings(max_examples=80, deadline=None)
+@given(row_logits, st.floats(0.01, 1.0))
+def test_top_p_keeps_the_smallest_set_reaching_p(z, p):
+    probs = np.exp(z - z.max())
+    probs /= probs.sum()
+    sorted_p = np.sort(probs)[::-1]
+    cum = np.cumsum(sorted_p)
+    assume(np.all(np.abs(cum - p) > 1e-9))  # no boundary decided by rounding
+    n_ref = int(np.searchsorted(cum, p) + 1) if p < cum[-1] else len(z)  # smallest n: cum >= p
+    n_ref = min(n_ref, len(z))
+    out = top_p_filter(torch.tensor(z)[None], p)[0].numpy()
+    kept = np.isfinite(out)
+    assert kept.sum() == n_ref
+    assert np.isclose(probs[kept].sum(), cum[n_ref - 1])
+    if n_ref < len(z):
+        assert probs[kept].min() >= probs[~kept].max()
+        assert probs[kept].sum() >= p > probs[kept].sum() - probs[kept].min()  # minimal
+    assert np.array_equal(out[kept], z[kept])
+
+
+@pytest.mark.parametrize("p,n_kept", [(0.25, 1), (0.5, 2), (0.75, 3), (0.76, 4), (1.0, 4)])
+def test_top_p_stops_as_soon_as_the_mass_reaches_p(p, n_kept):
+    # four equal logits: probabilities 1/4 each, cumulative sums exact in binary
+    kept = torch.isfinite(top_p_filter(torch.zeros(1, 4), p))
+    assert int(kept.sum()) == n_kept
+
+
+def test_top_p_one_keeps_all_and_tiny_p_keeps_the_argmax():
+    z = torch.tensor([[0.3, 2.0, -1.0, 1.9]])
+    assert torch.isfinite(top_p_filter(z, 1.0)).all()
+    assert torch.isfinite(top_p_filter(z, 1e-6)).tolist() == [[False, True, False, False]]
+
+
+def test_process_logits_order_temperature_then_top_k_then_top_p():
+    z = torch.tensor([[0.0, 1.0, 2.0, 3.0]])
+    # temperature 0.25 gives token 3 ~98% of the mass, so top-p 0.9 keeps it alone
+    out = process_logits(z, temperature=0.25, top_k=3, top_p=0.9)
+    assert torch.isfinite(out).tolist() == [[False, False, False, True]]
+    # top-p sees the distribution renormalised over the top k: over all 4 tokens the two best
+    # hold 0.881 < 0.9 (three needed), over the top 3 they hold 0.910 >= 0.9 (two suffice)
+    full = np.exp(np.arange(4.0)) / np.exp(np.arange(4.0)).sum()
+    top3 = full[1:] / full[1:].sum()
+    assert full[2:].sum() < 0.9 <= top3[1:].sum()
+    out = process_logits(z, temperature=1.0, top_k=3, top_p=0.9)
+    assert torch.isfinite(out).tolist() == [[False, False, True, True]]
+    assert torch.isfinite(top_p_filter(z, 0.9)).tolist() == [[False, True, True, True]]
+
+
+@settings(max_examples=30, deadline=None)
+@given(row_logits, st.data())
+def test_sampling_with_top_k_never_leaves_the_top_k(z, data):
+    k = data.draw(st.integers(1, len(z)))
+    seed = data.draw(st.integers(0, 2**31))
+    logits = torch.tensor(z)[None].expand(64, -1)  # 64 draws at once
+    ids = sample_next(logits, 1.5, top_k=k, generator=torch.Generator().manual_seed(seed))
+    kth = np.sort(z)[::-1][k - 1]
+    assert (z[ids.numpy()] >= kth).all()
+
+
+def test_temperature_zero_is_argmax_with_ties_to_the_lowest_id():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(50, 40, generator=g)
+    assert torch.equal(sample_next(z, 0.0), torch.from_numpy(np.argmax(z.numpy(), axis=1)))
+    tie = torch.tensor([[1.0, 5.0, 5.0, 0.0], [7.0, 7.0, 7.0, 7.0]])
+    assert sample_next(tie, 0).tolist() == [1, 0]
+
+
+def test_sampling_frequencies_match_the_softmax():
+    z = torch.tensor([0.0, 1.0, 2.0])
+    ids = sample_next(z[None].expand(20000, -1), 1.0, generator=torch.Generator().manual_seed(3))
+    freq = torch.bincount(ids, minlength=3).double() / ids.numel()
+    assert torch.allclose(freq, torch.softmax(z.double(), -1), atol=0.015)
+
+
+# --- generation ----------------------------------------------------------------------------------
+
+def test_context_schedule_crops_to_keep_once_full():
+    assert context_schedule(10, 0, 12, 11) == (0, False)
+    assert context_schedule(12, 0, 12, 11) == (0, False)
+    assert context_schedule(13, 0, 12, 11) == (2, True)  # 11 tokens kept: 2..12
+    assert context_schedule(13, 2, 12, 11) == (2, False)
+
+
+@pytest.mark.parametrize("keep", [None, 4])
+def test_cached_and_uncached_greedy_agree_past_the_context_length(keep):
+    model = tiny_model()
+    idx = prompt(3, 5)
+    n = 2 * TINY.block_size + 3  # well past T_max = 12: several crops and rebuilds
+    cached = generate(model, idx, n, temperature=0, use_cache=True, keep=keep)
+    uncached = generate(model, idx, n, temperature=0, use_cache=False, keep=keep)
+    assert cached.shape == (3, 5 + n)
+    assert torch.equal(cached[:, :5], idx)
+    assert torch.equal(cached, uncached)
+    reference = greedy_reference(model, idx, n, keep or TINY.block_size - 1)
+    assert torch.equal(cached, reference)
+    assert len(set(cached[0, 5:].tolist())) > 1  # not a degenerate constant output
+
+
+def test_within_the_context_generation_equals_full_forward_argmax():
+    model = tiny_model(seed=4)
+    idx = prompt(2, 3, seed=5)
+    out = generate(model, idx, TINY.block_size - 3, temperature=0)
+    with torch.no_grad():
+        logits = model(out[:, :-1])  # one pass over the whole sequence, T = T_max - 1
+    assert torch.equal(out[:, 3:], logits[:, 2:].argmax(-1))
+
+
+def test_a_prompt_longer_than_the_context_is_cropped():
+    model = tiny_model()
+    idx = prompt(1, 20)  # T = 20 > T_max = 12
+    out = generate(model, idx, 5, temperature=0)
+    assert torch.equal(out[:, :20], idx)
+    assert torch.equal(out, greedy_reference(model, idx, 5, TINY.block_size - 1))
+
+
+def test_seeded_sampling_is_reproducible_and_cache_independent():
+    model = tiny_model()
+    idx = prompt(2, 4)
+    runs = [generate(model, idx, 20, temperature=1.3, top_k=10, top_p=0.95, use_cache=c,
+                     generator=torch.Generator().manual_seed(42)) for c in (True, True, False)]
+    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
+    other = generate(model, idx, 20, temperature=1.3, generator=torch.Generator().manual_seed(7))
+    assert not torch.equal(runs[0], other)
+
+
+def test_generate_restores_training_mode_and_needs_no_grad():
+    model = tiny_model().train()
+    out = generate(model, prompt(1, 2), 3)
+    assert model.training and not out.requires_grad
+
+
+def test_zero_new_tokens_returns_the_prompt():
+    idx = prompt(2, 3)
+    assert torch.equal(generate(tiny_model(), idx, 0), idx)
+
+
+def test_stop_token_ends_rows_and_pads_finished_ones():
+    model = tiny_model()
+    idx = prompt(3, 4)
+    free = generate(model, idx, 20, temperature=0)
+    stop = int(free[0, 6])  # row 0 emits this as its 3rd new token
+    out = generate(model, idx, 20, temperature=0, stop=stop)
+    for row, full in zip(out, free):
+        hits = (full[4:] == stop).nonzero()
+        if len(hits):  # the row matches the free run up to its stop, then repeats the stop id
+            first = 4 + int(hits[0])
+            assert torch.equal(row[:first + 1], full[:first + 1])
+            assert (row[first:] == stop).all()
+        else:
+            assert torch.equal(row, full[:len(row)])
+    rows_stop = [(full[4:] == stop).any() for full in free]
+    if all(rows_stop):  # all rows finished: generation ended at the last one's stop
+        last = max(4 + int((full[4:] == stop).nonzero()[0]) for full in free)
+        assert out.shape[1] == last + 1
+    else:
+        assert out.shape[1] == 24
+
+
+def test_stop_set_with_a_single_row_ends_early():
+    model = tiny_model()
+    idx = prompt(1, 4)
+    free = generate(model, idx, 10, temperature=0)
+    out = generate(model, idx, 10, temperature=0, stop={int(free[0, 5]), 22})
+    first = 4 + int((free[0, 4:] == free[0, 5]).nonzero()[0])
+    assert torch.equal(out, free[:, :first + 1])
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"temperature": -0.1}, ValueError, "temperature"),
+    ({"temperature": float("nan")}, ValueError, "temperature"),
+    ({"top_k": 0}, ValueError, r"top_k must be in \[1, 23\]"),
+    ({"top_k": 24}, ValueError, r"top_k must be in \[1, 23\]"),
+    ({"top_p": 0.0}, ValueError, r"top_p must be in \(0, 1\]"),
+    ({"top_p": 1.5}, ValueError, r"top_p must be in \(0, 1\]"),
+    ({"max_new_tokens": -1}, ValueError, "max_new_tokens must be >= 0"),
+    ({"max_new_tokens": 2.5}, TypeError, "max_new_tokens"),
+    ({"stop": 23}, ValueError, "stop ids"),
+    ({"keep": 12}, ValueError, "keep"),
+])
+def test_bad_arguments_raise_clear_errors(kwargs, error, match):
+    args = {"max_new_tokens": 3, **kwargs}
+    with pytest.raises(error, match=match):
+        generate(tiny_model(), prompt(1, 3), **args)
+
+
+@pytest.mark.parametrize("idx,error,match", [
+    (torch.zeros(1, 0, dtype=torch.long), ValueError, "empty"),
+    (torch.tensor([[1, 23]]), ValueError, "outside the vocabulary"),
+    (torch.tensor([[1, -1]]), ValueError, "outside the vocabulary"),
+    (torch.tensor([[1.0, 2.0]]), TypeError, "integer"),
+    (torch.tensor([1, 2]), ValueError, r"shape \(B, T\)"),
+    ([[1, 2]], TypeError, "torch.Tensor"),
+])
+def test_bad_prompts_raise_clear_errors(idx, error, match):
+    with pytest.raises(error, match=match):
+        generate(tiny_model(), idx, 3)
+
+
+def test_bad_logits_and_temperature_for_the_processing_functions():
+    with pytest.raises(ValueError, match="greedy"):
+        apply_temperature(torch.zeros(1, 3), 0.0)
+    with pytest.raises(TypeError, match="floating-point"):
+        top_k_filter(torch.zeros(1, 3, dtype=torch.long), 1)
+    with pytest.raises(ValueError, match=r"\(B, V\)"):
+        sample_next(torch.zeros(3), 1.0)
