@@ -22,7 +22,6 @@ from tinygpt.sample import (
     top_p_filter,
 )
 
-
 TINY = GPTConfig(vocab_size=23, block_size=12, n_layer=2, n_head=2, n_embd=16)
 
 
