@@ -1,14 +1,17 @@
 # Build a GPT from scratch: the book, its tests, JupyterLab and the benchmarks.
 #
-#   make book    set up, execute every chapter and build the HTML book in _build/html
-#   make test    set up, then run the unit tests, the chapters (nbval) and the book build
+#   make book    set up, execute the chapters (each only when it or the package changed) and
+#                build the HTML book in _build/html
+#   make test    set up, then run the unit tests, the chapters (nbval), the book build and the
+#                browser tests
+#   make test-browser  test the built book in Chromium, and a chapter in JupyterLab
 #   make lab     open the chapters in JupyterLab
 #   make bench   run the benchmarks in benchmarks/
 #   make clean   remove build outputs and caches (keeps .venv and MathJax)
 #
 # Every target first creates .venv (and re-installs when pyproject.toml changes) and fetches
 # MathJax for offline math. Variables you may set: PYTHON (default python3, needs 3.11 or newer),
-# TINYGPT_DATA (a folder of data files, passed on to every command).
+# TINYGPT_DATA (a folder of data files, passed on to every command), BOOK_EXECUTE (see below).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -38,16 +41,25 @@ ifneq ($(strip $(TINYGPT_DATA)),)
 export TINYGPT_DATA
 endif
 
+# Under continuous integration (CI set, and not to 0/false/no) nothing is reused or skipped.
+CI_ON := $(if $(filter-out 0 false False FALSE no No NO,$(strip $(CI))),1,)
+
+# How `make book` executes the chapters: `cache` re-runs a chapter only when its code or the
+# package changed (see book/_ext/book_execution.py); `force` re-runs every chapter.
+BOOK_EXECUTE ?= $(if $(CI_ON),force,cache)
+
 # JupyterLab refuses to start as root unless told to.
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help setup book test lab bench clean distclean
+.PHONY: help setup book test test-browser lab bench clean distclean
 
 help:
 	@echo "Build a GPT from scratch"
 	@echo
-	@echo "  make book       set up, execute every chapter, build the book into _build/html"
-	@echo "  make test       set up, run tests/, run the chapters with nbval, build the book"
+	@echo "  make book       set up, execute the chapters that changed, build the book into _build/html"
+	@echo "  make test       set up, run tests/, run the chapters with nbval, build the book,"
+	@echo "                  then run the browser tests"
+	@echo "  make test-browser  check the built book in Chromium and a chapter in JupyterLab"
 	@echo "  make lab        open the chapters in JupyterLab"
 	@echo "  make bench      run the benchmarks in benchmarks/"
 	@echo "  make clean      remove _build and caches"
@@ -99,7 +111,7 @@ setup: $(STAMP) $(MATHJAX_STAMP)
 # -W turns warnings (and a chapter whose cell raises) into a failed build; --keep-going reports
 # all of them before failing; -n also reports every broken cross-reference.
 book: setup
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	BOOK_EXECUTE=$(BOOK_EXECUTE) $(BIN)/jupyter-book build . -W -n --keep-going
 	@echo
 	@echo "The book is built. Open $(CURDIR)/_build/html/index.html"
 
@@ -107,10 +119,19 @@ book: setup
 timed = echo "=== $(1)"; t0=$$(date +%s); $(2); echo "=== $(1): done in $$(( $$(date +%s) - t0 )) s"
 
 # pytest's exit status 5 ("no tests collected") fails the target like any other failure.
+# tests/browser/ is not a unit test: it needs the built book and Chromium (test-browser).
 test: setup
-	@$(call timed,unit tests: pytest tests/,$(BIN)/python -m pytest tests/)
+	@$(call timed,unit tests: pytest tests/,$(BIN)/python -m pytest tests/ --ignore=tests/browser)
 	@$(call timed,chapters: pytest --nbval-lax chapters/,$(BIN)/python -m pytest --nbval-lax chapters/)
-	@$(call timed,book: jupyter-book build,$(MAKE) book)
+	@$(call timed,book: jupyter-book build (BOOK_EXECUTE=$(BOOK_EXECUTE)),$(MAKE) book)
+	@$(call timed,browser: pytest tests/browser,$(MAKE) test-browser)
+
+# The built book, page by page, in headless Chromium (/usr/bin/chromium, driven by Playwright),
+# and chapter 1 run in JupyterLab. Builds the book first if there is none. Without Chromium the
+# tests are skipped, or fail under CI.
+test-browser: setup
+	@[[ -f _build/html/index.html ]] || $(MAKE) book
+	$(BIN)/python -m pytest tests/browser
 
 lab: setup
 	$(BIN)/jupyter lab chapters/ $(LAB_FLAGS)
