@@ -249,3 +249,21 @@ def test_config_defaults_and_validation():
         GPTConfig(bias=1)
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.n_embd = 64
+
+
+def test_one_query_after_a_cache_needs_no_mask_and_matches_explicit_and_full():
+    # the fused path skips the mask for a single new query: it must equal the explicit path
+    # (which masks) and the last row of the full sequence
+    fused = make_layer(16, 4, block_size=12, seed=9, fused=True)
+    explicit = make_layer(16, 4, block_size=12, seed=9, fused=False)
+    x = torch.randn(3, 12, 16, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = explicit(x)
+        for t0 in (1, 5, 11):
+            caches = [KVCache.for_config(fused.config, batch_size=3) for _ in range(2)]
+            fused(x[:, :t0], cache=caches[0])
+            explicit(x[:, :t0], cache=caches[1])
+            y_fused = fused(x[:, t0:t0 + 1], cache=caches[0])  # (B, 1, C)
+            y_explicit = explicit(x[:, t0:t0 + 1], cache=caches[1])
+            torch.testing.assert_close(y_fused, y_explicit, atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(y_fused, full[:, t0:t0 + 1], atol=1e-6, rtol=1e-5)

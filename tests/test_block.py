@@ -100,7 +100,10 @@ def test_what_the_norms_remove():
 def test_layernorm_is_accurate_with_a_large_offset():
     x = torch.randn(1000, 64, generator=torch.Generator().manual_seed(0)) + 1e4  # float32
     expected = torch.nn.functional.layer_norm(x.double(), (64,)).float()
-    torch.testing.assert_close(LayerNorm(64)(x), expected, atol=2e-3, rtol=0)
+    # x itself is rounded to float32's spacing at 1e4 (~1e-3); the two-pass formula adds little,
+    # torch's kernel (Welford's stable one-pass update) about as little
+    torch.testing.assert_close(LayerNorm(64).explicit(x), expected, atol=2e-3, rtol=0)
+    torch.testing.assert_close(LayerNorm(64)(x), expected, atol=3e-3, rtol=0)
 
 
 def test_make_norm_follows_the_config():
@@ -297,3 +300,53 @@ def test_block_rejects_bad_config_and_input():
     block = Block(config())
     with pytest.raises(ValueError, match="16"):
         block(torch.zeros(1, 4, 12))
+
+
+# --- fast paths against the explicit formulas ---------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=shapes, eps=epsilons, bias=st.booleans(), seed=st.integers(0, 999))
+def test_fused_norms_equal_their_explicit_formulas_values_and_gradients(shape, eps, bias, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 1  # float64: C=1, tiny eps
+    for norm in (LayerNorm(shape[-1], eps=eps, bias=bias), RMSNorm(shape[-1], eps=eps)):
+        randomise_(norm, seed).double()
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        fast, slow = norm(a), norm.explicit(b)
+        torch.testing.assert_close(fast, slow, atol=1e-9, rtol=1e-9)
+        g = torch.randn(fast.shape, generator=gen, dtype=torch.float64)
+        fast_grads = torch.autograd.grad(fast, [a, *norm.parameters()], g)
+        slow_grads = torch.autograd.grad(slow, [b, *norm.parameters()], g)
+        for f, s in zip(fast_grads, slow_grads, strict=True):
+            torch.testing.assert_close(f, s, atol=1e-6, rtol=1e-6)
+
+
+def test_explicit_norm_path_checks_its_input_too():
+    for norm in (LayerNorm(8), RMSNorm(8)):
+        with pytest.raises(ValueError, match="width 8"):
+            norm.explicit(torch.zeros(2, 7))
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_activation_kernel_equals_the_written_formula(name):
+    x = torch.linspace(-6, 6, 301, dtype=torch.float64).requires_grad_()
+    fast, slow = Activation(name), Activation(name, explicit=True)
+    assert slow.fn is ACTIVATION_FUNCTIONS[name] and fast.fn is not ACTIVATION_FUNCTIONS[name]
+    yf, ys = fast(x), slow(x)
+    torch.testing.assert_close(yf, ys, atol=1e-12, rtol=1e-12)
+    (gf,), (gs,) = torch.autograd.grad(yf.sum(), x), torch.autograd.grad(ys.sum(), x)
+    torch.testing.assert_close(gf, gs, atol=1e-10, rtol=1e-10)
+    assert "explicit=True" in repr(slow) and "explicit" not in repr(fast)
+    with pytest.raises(TypeError, match="explicit"):
+        Activation(name, explicit=1)
+
+
+def test_block_with_explicit_layers_equals_the_fast_block():
+    cfg = config(norm="layernorm", activation="gelu_tanh")
+    block = randomise_(Block(cfg), 3, std=0.1)
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(1))
+    fast = block(x)
+    block.ln_1.forward, block.ln_2.forward = block.ln_1.explicit, block.ln_2.explicit
+    block.mlp.act = Activation("gelu_tanh", explicit=True)
+    torch.testing.assert_close(block(x), fast, atol=1e-5, rtol=1e-5)

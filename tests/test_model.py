@@ -303,3 +303,24 @@ def test_bad_configs_raise_clear_errors():
         GPT(replace(SMALL, n_head=5))
     with pytest.raises(ValueError, match="n_layer"):
         GPT(replace(SMALL, n_layer=0))
+
+
+@pytest.mark.parametrize("config", variants, ids=["gpt2", "post-rms", "sinusoidal"])
+def test_last_only_gives_the_last_row_of_the_full_logits(config):
+    torch.manual_seed(6)
+    model = GPT(config).eval()
+    idx = torch.randint(0, config.vocab_size, (3, 10))
+    with torch.no_grad():
+        full = model(idx)  # (B, T, V)
+        last = model(idx, last_only=True)
+        assert last.shape == (3, 1, config.vocab_size)
+        torch.testing.assert_close(last, full[:, -1:], rtol=0, atol=1e-5)
+        caches = model.new_caches(3)
+        model(idx[:, :7], caches=caches, last_only=True)
+        for t in range(7, 10):  # cached one-token steps, as sampling feeds them
+            step = model(idx[:, t:t + 1], caches=caches, last_only=True)
+            torch.testing.assert_close(step, full[:, t:t + 1], rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="targets=None"):
+        model(idx, idx, last_only=True)
+    with pytest.raises(TypeError, match="last_only"):
+        model(idx, last_only="yes")

@@ -24,6 +24,7 @@ from tinygpt.train import (
     estimate_loss,
     get_batch,
     lr_at,
+    resolve_device,
     train,
 )
 
@@ -49,6 +50,7 @@ def without_timing(history: list[dict]) -> list[dict]:
     ("min_lr", 1.0, ValueError), ("beta2", 1.0, ValueError), ("weight_decay", "0.1", TypeError),
     ("grad_clip", -1.0, ValueError), ("lr_decay_iters", 0, ValueError),
     ("device", "gpu", ValueError), ("grad_accum_steps", True, ValueError),
+    ("dtype", "float16", ValueError), ("dtype", "fp32", ValueError),
 ])
 def test_config_rejects_bad_values_naming_the_field(field, value, error):
     with pytest.raises(error, match=field):
@@ -239,3 +241,15 @@ def test_callback_can_stop_training_and_the_stop_is_saved(tmp_path):
 def test_bad_training_data_is_a_clear_error(train_data, error, match):
     with pytest.raises(error, match=match):
         train(MODEL, TINY, train_data, VAL, progress=False)
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and torch.backends.mps.is_available(),
+                    reason="both accelerators exist here, so neither request can fail")
+def test_an_unavailable_accelerator_is_a_clear_error():
+    missing = [name for name, ok in (("cuda", torch.cuda.is_available()),
+                                     ("mps", torch.backends.mps.is_available())) if not ok]
+    for name in missing:
+        with pytest.raises(ValueError, match=f"device '{name}' was asked for, but .* not "
+                                             "available here"):
+            resolve_device(name)
+    assert resolve_device("cpu") == torch.device("cpu")

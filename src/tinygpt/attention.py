@@ -170,6 +170,8 @@ class CausalSelfAttention(nn.Module):
             p = self.attn_dropout.p if self.training else 0.0
             if T_all == T:  # no past: the standard causal triangle
                 y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            elif T == 1:  # one new query, the last position: it may see every key, no mask
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
             else:  # queries sit after the cached keys: give the shifted mask explicitly
                 mask = causal_mask(T, T_all, device=x.device)  # (T, T_all)
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)

@@ -5,10 +5,13 @@ It handles one block of a GPT and the layers only a block uses:
 * ``LayerNorm(n_embd, eps, bias)`` and ``RMSNorm(n_embd, eps)``: each position's vector is
   normalised on its own -- LayerNorm removes its mean and divides by its standard deviation,
   RMSNorm only divides by its root mean square -- then scaled (and, for LayerNorm, shifted) by
-  learned per-channel parameters. Written from their formulas; they equal ``torch.nn.LayerNorm``
-  and ``torch.nn.RMSNorm``. ``make_norm(config)`` picks one from ``config.norm``.
+  learned per-channel parameters. ``explicit(x)`` computes them from their formulas; ``forward``
+  gives the same numbers through torch's one-kernel ``F.layer_norm`` / ``F.rms_norm`` (fewer
+  operations, so faster on small CPU models); both equal ``torch.nn.LayerNorm`` and
+  ``torch.nn.RMSNorm``. ``make_norm(config)`` picks one from ``config.norm``.
 * ``relu``, ``gelu`` (exact, ``x * Phi(x)``) and ``gelu_tanh`` (GPT-2's tanh approximation),
-  written from their formulas, and ``Activation(name)``, the module that applies one of them.
+  written from their formulas, and ``Activation(name)``, the module that applies one of them
+  (through the equal torch kernel, ``F.gelu``/``F.relu``, unless ``explicit=True``).
 * ``MLP(config)``: expand each position's vector from ``C`` to ``config.mlp_width`` (``4C`` by
   default), apply the activation, contract back to ``C``.
 * ``Block(config)``: attention and the MLP, each wrapped in a residual connection, with the norms
@@ -22,10 +25,12 @@ Attention itself lives in ``tinygpt.attention``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.attention import CausalSelfAttention, KVCache
@@ -64,7 +69,15 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n_embd)) if bias else None  # (C,) shift, beta
 
     def forward(self, x: Tensor) -> Tensor:
-        """Normalise each vector of ``x``, shape ``(..., C)``; returns the same shape."""
+        """Normalise each vector of ``x``, shape ``(..., C)``; returns the same shape.
+
+        One fused kernel, ``F.layer_norm``; it computes what ``explicit`` writes out.
+        """
+        _check_width(x, self.n_embd, "LayerNorm")
+        return F.layer_norm(x, (self.n_embd,), self.weight, self.bias, self.eps)  # (..., C)
+
+    def explicit(self, x: Tensor) -> Tensor:
+        """The formula, step by step: the same result as ``forward``, with more operations."""
         _check_width(x, self.n_embd, "LayerNorm")
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
         centred = x - mean  # (..., C), mean 0
@@ -91,7 +104,15 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(n_embd))  # (C,) scale
 
     def forward(self, x: Tensor) -> Tensor:
-        """Divide each vector of ``x``, shape ``(..., C)``, by its RMS; returns the same shape."""
+        """Divide each vector of ``x``, shape ``(..., C)``, by its RMS; returns the same shape.
+
+        One fused kernel, ``F.rms_norm``; it computes what ``explicit`` writes out.
+        """
+        _check_width(x, self.n_embd, "RMSNorm")
+        return F.rms_norm(x, (self.n_embd,), self.weight, self.eps)  # (..., C)
+
+    def explicit(self, x: Tensor) -> Tensor:
+        """The formula, step by step: the same result as ``forward``, with more operations."""
         _check_width(x, self.n_embd, "RMSNorm")
         mean_square = (x * x).mean(dim=-1, keepdim=True)  # (..., 1)
         return x * torch.rsqrt(mean_square + self.eps) * self.weight  # (..., C)
@@ -132,22 +153,35 @@ ACTIVATION_FUNCTIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": relu,
 }  # the same names, in the same order, as ``tinygpt.config.ACTIVATIONS``
 
+FAST_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+    "gelu": F.gelu,
+    "relu": F.relu,
+}  # torch's one-kernel versions of the functions above: the same values, fewer operations
+
 
 class Activation(nn.Module):
-    """The element-wise nonlinearity called ``name``: ``"gelu_tanh"``, ``"gelu"`` or ``"relu"``."""
+    """The element-wise nonlinearity called ``name``: ``"gelu_tanh"``, ``"gelu"`` or ``"relu"``.
 
-    def __init__(self, name: str) -> None:
+    ``explicit=False`` (the default) applies torch's kernel for it (``F.gelu``, ``F.relu``);
+    ``explicit=True`` the formula written out above (``gelu_tanh``, ...): the same values.
+    """
+
+    def __init__(self, name: str, *, explicit: bool = False) -> None:
         super().__init__()
         if name not in ACTIVATION_FUNCTIONS:
             raise ValueError(f"activation must be one of {list(ACTIVATION_FUNCTIONS)}, got {name!r}")
+        if not isinstance(explicit, bool):
+            raise TypeError(f"explicit must be True or False, got {explicit!r}")
         self.name = name
-        self.fn = ACTIVATION_FUNCTIONS[name]
+        self.explicit = explicit
+        self.fn = (ACTIVATION_FUNCTIONS if explicit else FAST_ACTIVATIONS)[name]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fn(x)
 
     def extra_repr(self) -> str:
-        return repr(self.name)
+        return repr(self.name) + (", explicit=True" if self.explicit else "")
 
 
 class MLP(nn.Module):

@@ -171,15 +171,22 @@ class GPT(nn.Module):
 
     def forward(
         self, idx: Tensor, targets: Tensor | None = None,
-        caches: Sequence[KVCache] | None = None,
+        caches: Sequence[KVCache] | None = None, *, last_only: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Logits ``(B, T, V)`` for ids ``idx`` ``(B, T)``; with ``targets``, ``(logits, loss)``.
 
         ``targets``: ``(B, T)`` ids in ``[0, V)``, the token that should follow each position;
         the loss is the mean cross-entropy over all ``B T`` positions. ``caches``: from
         ``new_caches(B)``; ``idx`` then continues the cached positions (``T_past + T <= T_max``)
-        and the caches are extended.
+        and the caches are extended. ``last_only=True`` (for sampling, without ``targets``)
+        returns only the last position's logits, ``(B, 1, V)``: the output layer, the largest
+        matrix product for a big vocabulary, then runs on one position instead of ``T``.
         """
+        if not isinstance(last_only, bool):
+            raise TypeError(f"last_only must be True or False, got {last_only!r}")
+        if last_only and targets is not None:
+            raise ValueError("last_only=True gives only the last position's logits, so it cannot "
+                             "compute the loss over all positions: pass targets=None")
         check_token_ids(idx, self.config.vocab_size)
         B, T = idx.shape
         past = self._past_length(caches, B)
@@ -194,8 +201,10 @@ class GPT(nn.Module):
         x = self.transformer.drop(tok + pos)  # (B, T, C)
         for i, block in enumerate(self.transformer.h):
             x = block(x, cache=None if caches is None else caches[i])  # (B, T, C)
-        x = self.transformer.ln_f(x)  # (B, T, C)
-        logits = self.lm_head(x)  # (B, T, V)
+        if last_only:
+            x = x[:, -1:, :]  # (B, 1, C): the final norm and lm_head act on each position alone
+        x = self.transformer.ln_f(x)  # (B, T, C), or (B, 1, C)
+        logits = self.lm_head(x)  # (B, T, V), or (B, 1, V)
         if targets is None:
             return logits
         if not isinstance(targets, Tensor) or targets.shape != idx.shape:

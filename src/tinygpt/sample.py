@@ -264,14 +264,14 @@ def _generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float,
     for _ in range(max_new_tokens):
         start, rebuilt = context_schedule(n, start, T_max, keep)
         if caches is None:
-            logits = model(out[:, start:n])  # (B, n - start, V): the whole context
+            logits = model(out[:, start:n], last_only=True)  # (B, 1, V): the last position
         else:
             if rebuilt:
                 for cache in caches:
                     cache.reset()
                 fed = 0
             new = out[:, start + fed:n]  # (B, T_new): what the cache has not seen
-            logits = model(new, caches=caches)  # (B, T_new, V)
+            logits = model(new, caches=caches, last_only=True)  # (B, 1, V)
             fed = n - start
         token = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)  # (B,)
         token = torch.where(finished, last, token)  # finished rows repeat their stop id

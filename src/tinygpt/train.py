@@ -10,8 +10,10 @@ It handles:
 * ``lr_at``: linear warm-up, then a cosine decay to ``min_lr``;
 * ``configure_optimizer``: ``torch.optim.AdamW`` with weight decay on matrices only;
 * ``estimate_loss``: the mean loss over ``eval_iters`` batches, without gradients;
+* ``autocast``: the context the forward pass runs in for ``TrainConfig.dtype`` (bf16 or none);
 * ``train``: the loop, which returns its history (one record per step) and, given ``out_dir``,
-  saves checkpoints that it can resume from bit for bit.
+  saves checkpoints that it can resume from bit for bit; optionally under bf16 autocast, and on
+  several processes under ``torchrun`` (data parallel, with ``tinygpt.distributed``).
 
 It does not define the model (``tinygpt.model``), read corpora or tokenize
 (``tinygpt.data``, ``tinygpt.tokenizer``), write files (``tinygpt.checkpoint``) or sample.
@@ -23,6 +25,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,17 @@ import torch
 from torch import Tensor, nn
 
 from tinygpt.config import GPTConfig
+from tinygpt.distributed import (
+    DistContext,
+    all_reduce_mean,
+    broadcast_flag,
+    distributed,
+    gather_rng_states,
+    own_share,
+    rng_key,
+    saved_world_size,
+    wrap_model,
+)
 from tinygpt.model import GPT
 
 Record = dict[str, Any]  # one history entry: {"step", "loss", "lr", "tokens_per_s", ...}
@@ -71,7 +85,8 @@ class TrainConfig:
         beta1, beta2: AdamW's averaging coefficients for the gradient and its square.
         grad_clip: clip the global gradient norm to this value; 0 turns clipping off.
         grad_accum_steps: micro-batches whose gradients are averaged into one step
-            (the step sees ``batch_size * grad_accum_steps`` sequences).
+            (the step sees ``batch_size * grad_accum_steps`` sequences on each process; under
+            ``torchrun`` that times the number of processes).
         eval_interval: evaluate every this many steps (and after the last step).
         eval_iters: batches per split in each evaluation.
         log_interval: refresh the progress bar every this many steps.
@@ -79,6 +94,10 @@ class TrainConfig:
             step is always saved; 0 saves only the last step.
         seed: seeds the model's initialisation, dropout, batches and evaluation batches.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"`` (CUDA if available).
+            Under ``torchrun`` with several processes, CUDA means ``cuda:LOCAL_RANK``.
+        dtype: ``"float32"``, or ``"bfloat16"`` for mixed precision: the forward pass and the
+            loss run under ``torch.autocast`` in bfloat16, while the weights, the gradients and
+            AdamW stay float32 (needs a CPU or a GPU with bf16 support).
     """
 
     batch_size: int = 32
@@ -98,6 +117,7 @@ class TrainConfig:
     save_every: int = 0
     seed: int = 1337
     device: str = "cpu"
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_iters", "grad_accum_steps", "eval_interval",
@@ -118,6 +138,11 @@ class TrainConfig:
                 or (self.device.startswith("cuda:") and self.device[5:].isdigit())):
             raise ValueError(f"TrainConfig.device must be 'cpu', 'cuda', 'cuda:N', 'mps' or "
                              f"'auto', got {self.device!r}")
+        if self.dtype not in ("float32", "bfloat16"):
+            hint = (" (float16 needs loss scaling, which tinygpt does not do)"
+                    if self.dtype == "float16" else "")
+            raise ValueError(f"TrainConfig.dtype must be 'float32' or 'bfloat16', got "
+                             f"{self.dtype!r}{hint}")
 
     @property
     def tokens_per_step(self) -> int:
@@ -132,6 +157,9 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} was asked for, but CUDA is not available here; "
                          "use device='cpu' or 'auto'")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device 'mps' was asked for, but Apple's Metal (MPS) backend is not "
+                         "available here; use device='cpu' or 'auto'")
     return torch.device(name)
 
 
@@ -192,10 +220,14 @@ def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Ad
 
 
 def estimate_loss(model: GPT, splits: Mapping[str, Tensor], config: TrainConfig,
-                  generator: torch.Generator | None = None) -> dict[str, float]:
+                  generator: torch.Generator | None = None, *, rank: int = 0,
+                  world_size: int = 1) -> dict[str, float]:
     """The mean loss of each split over ``config.eval_iters`` batches of ``config.batch_size``.
 
     Runs in eval mode (no dropout) under ``torch.no_grad()`` and restores the model's mode.
+    With ``world_size > 1`` all batches are drawn but only those numbered ``rank``,
+    ``rank + world_size``, ... are evaluated (their mean; NaN if there are none), so that ranks
+    share the work and a weighted mean over ranks is the one-process figure.
     """
     T = model.config.block_size
     device = next(model.parameters()).device
@@ -205,13 +237,28 @@ def estimate_loss(model: GPT, splits: Mapping[str, Tensor], config: TrainConfig,
     with torch.no_grad():
         for name, data in splits.items():
             losses = []
-            for _ in range(config.eval_iters):
+            for i in range(config.eval_iters):
                 x, y = get_batch(data, config.batch_size, T, generator)  # (B, T)
-                _, loss = model(x.to(device), y.to(device))
-                losses.append(loss.item())
-            out[name] = sum(losses) / len(losses)
+                if i % world_size == rank:
+                    _, loss = model(x.to(device), y.to(device))
+                    losses.append(loss.item())
+            out[name] = sum(losses) / len(losses) if losses else math.nan
     model.train(was_training)
     return out
+
+
+def autocast(device: torch.device, dtype: str) -> AbstractContextManager[object]:
+    """The context the forward pass runs in: ``torch.autocast`` for ``"bfloat16"``, else none."""
+    if dtype == "float32":
+        return nullcontext()
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"dtype='bfloat16' was asked for, but {torch.cuda.get_device_name(device)}"
+                         " does not support bfloat16; use dtype='float32'")
+    try:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    except RuntimeError as err:
+        raise ValueError(f"dtype='bfloat16': autocast is not available on {device} ({err}); use "
+                         "dtype='float32'") from None
 
 
 def _as_tokens(data: object, name: str, config: GPTConfig) -> Tensor:
@@ -257,9 +304,20 @@ def train(
     model, optimizer, RNG states and history -- up to ``train_config.max_iters``, giving the same
     numbers as an uninterrupted run. A NaN or infinite loss or gradient raises
     ``TrainingDivergedError`` before any weight is changed; the last saved checkpoint is kept.
-    """
-    from tinygpt.checkpoint import load_checkpoint, restore_optimizer, save_checkpoint
 
+    ``train_config.dtype="bfloat16"`` runs the forward pass under bf16 autocast. Started by
+    ``torchrun`` with ``N > 1`` processes, every process calls ``train`` and they train one
+    model data-parallel (``tinygpt.distributed``): the model is wrapped in
+    ``DistributedDataParallel``; each rank takes its share of the same seeded global batch, so a
+    step sees ``N * batch_size * grad_accum_steps`` sequences -- exactly those a single process
+    with ``N`` times the ``grad_accum_steps`` would see; losses and evaluations are averaged over
+    the ranks, so every rank returns the same history; only rank 0 shows progress, calls
+    ``callback`` (its answer stops all ranks) and writes checkpoints, which hold the plain
+    model's weights and each rank's RNG state. Resuming with the same ``N`` continues as the
+    uninterrupted run would; with another ``N`` it continues from the same weights, optimizer and
+    batch stream, but with the new global batch (a warning says so), so it matches no
+    uninterrupted run.
+    """
     if not isinstance(model_config, GPTConfig):
         raise TypeError(f"model_config must be a GPTConfig, got {type(model_config).__name__}")
     if not isinstance(train_config, TrainConfig):
@@ -268,10 +326,26 @@ def train(
         raise ValueError("resume=True needs the out_dir holding the checkpoint to continue")
     if model is not None and model.config != model_config:
         raise ValueError(f"model has config {model.config}, not model_config {model_config}")
-    cfg, T = train_config, model_config.block_size
     train_data = _as_tokens(train_data, "train_data", model_config)
     val_data = _as_tokens(val_data, "val_data", model_config)
-    device = resolve_device(cfg.device)
+    device = resolve_device(train_config.device)
+    autocast(device, train_config.dtype)  # an unsupported dtype fails here, before any work
+    with distributed(device) as ctx:
+        return _run(ctx, model_config, train_config, train_data, val_data, out_dir, tokenizer,
+                    resume, model, progress, callback)
+
+
+def _run(ctx: DistContext, model_config: GPTConfig, cfg: TrainConfig, train_data: Tensor,
+         val_data: Tensor, out_dir: str | Path | None, tokenizer: object, resume: bool,
+         model: GPT | None, progress: bool,
+         callback: Callable[[Record, GPT], bool | None] | None) -> list[Record]:
+    """``train``'s loop on one process; with several ranks, all run it in lock step."""
+    from tqdm.auto import tqdm
+
+    from tinygpt.checkpoint import load_checkpoint, restore_optimizer, save_checkpoint
+
+    device, T, world = ctx.device, model_config.block_size, ctx.world_size
+    show = progress and ctx.is_main
     batch_gen = torch.Generator()
 
     if resume:
@@ -287,11 +361,16 @@ def train(
         optimizer = configure_optimizer(model, cfg)
         restore_optimizer(optimizer, ckpt.optimizer_state, out_dir)
         rng = ckpt.rng_states
-        torch.set_rng_state(rng["torch"])
+        saved_world = saved_world_size(rng)
+        if saved_world != world and show:
+            tqdm.write(f"warning: {out_dir} was written by {saved_world} process(es), this run "
+                       f"has {world}: the global batch changes, so the continuation matches no "
+                       "uninterrupted run")
+        torch.set_rng_state(rng.get(rng_key("torch", ctx.rank), rng["torch"]))
         random.setstate(rng["python"])
         batch_gen.set_state(rng["batch"])
         if device.type == "cuda" and "cuda" in rng:
-            torch.cuda.set_rng_state(rng["cuda"], device)
+            torch.cuda.set_rng_state(rng.get(rng_key("cuda", ctx.rank), rng["cuda"]), device)
         step, history = ckpt.step, list(ckpt.history)
         tokenizer = ckpt.tokenizer if tokenizer is None else tokenizer
     else:
@@ -299,29 +378,47 @@ def train(
             torch.manual_seed(cfg.seed)
             random.seed(cfg.seed)
             model = GPT(model_config)
+        if ctx.is_distributed:  # same weights everywhere, but each rank its own dropout masks
+            torch.manual_seed(cfg.seed + 1 + ctx.rank)
         model.to(device).train()
         batch_gen.manual_seed(cfg.seed)
         optimizer = configure_optimizer(model, cfg)
         step, history = 0, []
+    net = wrap_model(model, ctx)  # DDP shares model's parameters; the checkpoint saves model's
+    amp = cfg.dtype
 
     splits = {"train_loss": train_data, "val_loss": val_data}
+    shard = len(range(ctx.rank, cfg.eval_iters, world))  # evaluation batches this rank does
 
     def evaluate() -> dict[str, float]:  # the same held-out batches at every evaluation
-        return estimate_loss(model, splits, cfg, torch.Generator().manual_seed(cfg.seed + 1))
+        with autocast(device, amp):
+            losses = estimate_loss(model, splits, cfg, torch.Generator().manual_seed(cfg.seed + 1),
+                                   rank=ctx.rank, world_size=world)
+        return all_reduce_mean(losses, ctx, weight=shard)
 
     def save() -> None:
-        rng = {"torch": torch.get_rng_state(), "python": random.getstate(),
-               "batch": batch_gen.get_state()}
-        if device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(device)
-        save_checkpoint(out_dir, model, optimizer, model_config, cfg, step, tokenizer, rng,
-                        history)
+        rng = {"python": random.getstate(), "batch": batch_gen.get_state(),
+               **gather_rng_states(ctx)}  # a collective: every rank calls save()
+        if ctx.is_main:
+            save_checkpoint(out_dir, model, optimizer, model_config, cfg, step, tokenizer, rng,
+                            history)
 
+    def log(record: Record) -> None:
+        if show:
+            tqdm.write(f"step {record['step']}: train loss {record['train_loss']:.4f}, val loss "
+                       f"{record['val_loss']:.4f}" + (f", lr {record['lr']:.3g}, "
+                       f"{record['tokens_per_s']:.0f} tokens/s" if "lr" in record else ""))
+
+    if show:
+        seqs = cfg.tokens_per_step * world
+        tqdm.write(f"effective batch: {cfg.batch_size} sequences x {cfg.grad_accum_steps} "
+                   f"accumulation steps x {world} process(es) = {seqs} sequences x {T} tokens "
+                   f"= {seqs * T} tokens per step ({cfg.dtype}, {device})")
     if step == 0 and not history:
         history.append({"step": 0, **evaluate()})
+        log(history[0])
     last_saved = step if resume else None
-    from tqdm.auto import tqdm
-    bar = tqdm(total=cfg.max_iters, initial=step, disable=not progress, unit="step")
+    bar = tqdm(total=cfg.max_iters, initial=step, disable=not show, unit="step")
     try:
         while step < cfg.max_iters:
             lr = lr_at(step, cfg)
@@ -329,13 +426,19 @@ def train(
                 group["lr"] = lr
             t0 = time.perf_counter()
             total = 0.0
-            for _ in range(cfg.grad_accum_steps):
-                x, y = get_batch(train_data, cfg.batch_size, T, batch_gen)  # (B, T)
-                _, loss = model(x.to(device), y.to(device))
-                if not torch.isfinite(loss):
-                    _diverged(f"the loss is {loss.item()}", step, lr, out_dir, last_saved)
-                (loss / cfg.grad_accum_steps).backward()
+            for micro in range(cfg.grad_accum_steps):
+                x, y = own_share(lambda: get_batch(train_data, cfg.batch_size, T, batch_gen), ctx)
+                last = micro == cfg.grad_accum_steps - 1  # DDP all-reduces after this backward
+                with nullcontext() if last or world == 1 else net.no_sync():
+                    with autocast(device, amp):
+                        _, loss = net(x.to(device), y.to(device))  # (B, T) in, a scalar out
+                    if world == 1 and not torch.isfinite(loss):
+                        _diverged(f"the loss is {loss.item()}", step, lr, out_dir, last_saved)
+                    (loss / cfg.grad_accum_steps).backward()
                 total += loss.item()
+            mean_loss = all_reduce_mean({"loss": total / cfg.grad_accum_steps}, ctx)["loss"]
+            if not math.isfinite(mean_loss):  # ranks agree on the mean, so all of them stop
+                _diverged(f"the loss is {mean_loss}", step, lr, out_dir, last_saved)
             # the global gradient norm, clipped to grad_clip (inf: measured only, scaled by 1)
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)
             if not torch.isfinite(norm):
@@ -344,16 +447,18 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             step += 1
             seconds = time.perf_counter() - t0
-            record: Record = {"step": step, "loss": total / cfg.grad_accum_steps, "lr": lr,
-                              "tokens_per_s": cfg.tokens_per_step * T / max(seconds, 1e-9)}
+            record: Record = {"step": step, "loss": mean_loss, "lr": lr,
+                              "tokens_per_s": cfg.tokens_per_step * world * T / max(seconds, 1e-9)}
             if step % cfg.eval_interval == 0 or step == cfg.max_iters:
                 record.update(evaluate())
+                log(record)
             history.append(record)
             if out_dir is not None and (step == cfg.max_iters
                                         or (cfg.save_every and step % cfg.save_every == 0)):
                 save()
                 last_saved = step
-            stop = callback is not None and callback(record, model) is True
+            stop = ctx.is_main and callback is not None and callback(record, model) is True
+            stop = broadcast_flag(stop, ctx)
             if stop and out_dir is not None and last_saved != step:
                 save()
             bar.update(1)

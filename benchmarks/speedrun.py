@@ -1,0 +1,423 @@
+"""CPU speedrun (chapter 8): tinygpt against nanoGPT and Hugging Face on the "baby GPT".
+
+The configuration is nanoGPT's baby GPT for CPUs: character-level tinyshakespeare (65 characters,
+the first 90% of the text for training, the last 10% for validation), 4 layers, 4 heads, width
+128, context 64, batch 12, no dropout, no biases, exact GELU, tied embeddings, AdamW (lr 1e-3,
+betas 0.9/0.99, weight decay 0.1, clipping 1.0), 100 warm-up steps, cosine decay to 1e-4 at
+2000 steps. All in one run, so that the ratios are taken under the same machine load:
+
+1. ``nanogpt`` (with ``NANOGPT_DIR`` pointing at a nanoGPT checkout whose
+   ``data/shakespeare_char`` is prepared): nanoGPT's own ``train.py`` in a subprocess, with the
+   command its README gives for CPUs; its per-iteration times and its validation loss at the
+   last step (its estimate, 20 batches) are parsed from its output.
+2. ``tinygpt``: the same model and schedule trained with ``tinygpt.train.train``; ms/iteration,
+   tokens/s and the validation loss over the *whole* validation split (non-overlapping windows).
+3. ``hf``: the same model in GPT-2's layout (biases, tanh GELU) as tinygpt and as HF
+   ``transformers``' ``GPT2LMHeadModel`` (built from a config, same weights), trained step for
+   step on the same batches with the same optimizer, alternating blocks: a throughput ratio.
+4. ``speedrun``: another recipe (options ``--sr-*``; by default batch 24, 1000 iterations, lr
+   3e-3 decayed to 3e-4, 50 warm-up steps) trained with ``tinygpt.train.train``; the
+   time to reach validation loss <= ``--target`` (1.8857, nanoGPT's at 2000 iterations) on the
+   whole validation split, against nanoGPT's time for its 2000 iterations.
+
+Times. A training time is the sum of the per-iteration times (batch, forward, backward, clipping,
+optimizer step); evaluations are left out on both sides. nanoGPT's iterations that also evaluate
+(every 250, which also writes a checkpoint) are left out of its mean, and its 2000-iteration
+time is that mean times the number of iterations. Absolute times depend on the machine and its
+load (the machine is printed with ``uptime``'s load); the ratios are the result.
+
+The last line printed is one JSON object (``tinygpt_ms_per_iter``, ``nanogpt_ms_per_iter``,
+``val_loss_at_2000``, ``time_to_target_s``, ``nanogpt_time_2000_s``, ...); with ``--iters N``
+the keys keep their names but describe N iterations (``iters`` says which). ``--log CHANGE``
+appends this run to ``benchmarks/speedrun_log.json`` as an entry named CHANGE.
+
+What makes tinygpt fast here: torch's one-kernel ``F.layer_norm`` and ``F.gelu`` inside the
+modules (the written-out formulas stay as ``explicit`` paths, tested against them), the fused
+attention kernel, and nothing else private: the training loop is the library's.
+
+Usage: NANOGPT_DIR=/path/to/nanoGPT TINYGPT_DATA=... python benchmarks/speedrun.py
+       python benchmarks/speedrun.py --skip-nanogpt --skip-hf --iters 200   (a quick check)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from tinygpt.data import load_text
+from tinygpt.model import GPT, GPTConfig
+from tinygpt.tokenizer import CharTokenizer
+from tinygpt.train import TrainConfig, configure_optimizer, get_batch, train
+
+TARGET = 1.8857  # nanoGPT's validation loss at iteration 2000 on this configuration
+LOG = Path(__file__).with_name("speedrun_log.json")
+
+# nanoGPT's baby GPT: no biases, exact GELU (nn.GELU()), tied weights.
+BABY = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0,
+                 bias=False, activation="gelu")
+BABY_TRAIN = TrainConfig(batch_size=12, max_iters=2000, learning_rate=1e-3, min_lr=1e-4,
+                         warmup_iters=100, lr_decay_iters=2000, weight_decay=0.1, beta1=0.9,
+                         beta2=0.99, grad_clip=1.0, eval_iters=20, seed=1337)
+
+
+def load_data() -> tuple[torch.Tensor, torch.Tensor, int]:
+    """tinyshakespeare as character ids: the first 90% (train), the last 10% (val), vocab."""
+    text = load_text("tinyshakespeare")
+    tok = CharTokenizer.from_text(text)
+    ids = torch.tensor(tok.encode(text), dtype=torch.long)
+    n = int(0.9 * len(ids))
+    return ids[:n], ids[n:], tok.vocab_size
+
+
+@torch.no_grad()
+def full_val_loss(model: GPT, val: torch.Tensor, batch: int = 256) -> float:
+    """Mean cross-entropy over the whole split, cut into non-overlapping windows of ``T``."""
+    T = model.config.block_size
+    windows = val.unfold(0, T + 1, T)  # (N_w, T+1): every token predicted once
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(windows), batch):
+        w = windows[i:i + batch]
+        _, loss = model(w[:, :-1], w[:, 1:])
+        total += loss.item() * len(w) * T
+        count += len(w) * T
+    model.train(was_training)
+    return total / count
+
+
+def step_seconds(history: list[dict], tokens_per_step: int) -> list[float]:
+    """Each training step's time, from the ``tokens_per_s`` that ``train`` records."""
+    return [tokens_per_step / r["tokens_per_s"] for r in history if "tokens_per_s" in r]
+
+
+def run_tinygpt(model_config: GPTConfig, cfg: TrainConfig, train_ids, val_ids, *,
+                stop_at: float | None = None, check_every: int = 50,
+                check_from: int = 0) -> dict:
+    """Train with ``tinygpt.train.train``; times (evaluations excluded) and the full val loss.
+
+    ``stop_at``: every ``check_every`` steps from step ``check_from`` on, evaluate the whole
+    validation split (``full_val_loss``, through ``train``'s callback) and stop training as soon
+    as it is ``<= stop_at``. These evaluations are timed apart (``eval_s``, ``checks``).
+    """
+    torch.manual_seed(cfg.seed)  # what train() does when it builds the model itself
+    model = GPT(model_config)
+    checks: list[tuple[int, float]] = []
+    eval_s = 0.0
+
+    def check(record: dict, m: GPT) -> bool:
+        nonlocal eval_s
+        step = record["step"]
+        if stop_at is None or step < check_from or step % check_every or step == cfg.max_iters:
+            return False
+        t = time.perf_counter()
+        checks.append((step, full_val_loss(m, val_ids)))
+        eval_s += time.perf_counter() - t
+        return checks[-1][1] <= stop_at
+
+    start = time.perf_counter()
+    history = train(model_config, cfg, train_ids, val_ids, model=model, progress=False,
+                    callback=check)
+    wall = time.perf_counter() - start
+    secs = step_seconds(history, cfg.batch_size * cfg.grad_accum_steps * model_config.block_size)
+    stopped = bool(checks) and len(secs) == checks[-1][0] and checks[-1][1] <= (stop_at or 0)
+    t = time.perf_counter()
+    val = checks[-1][1] if stopped else full_val_loss(model, val_ids)
+    eval_s += 0.0 if stopped else time.perf_counter() - t
+    return {"iters": len(secs), "train_s": sum(secs), "ms_per_iter": 1000 * statistics.fmean(secs),
+            "median_ms": 1000 * statistics.median(secs),
+            "tokens_per_s": cfg.batch_size * cfg.grad_accum_steps * model_config.block_size
+            * len(secs) / sum(secs),
+            "val_loss": val, "val_loss_20_batches": history[-1].get("val_loss"),
+            "wall_s": wall, "eval_s": eval_s, "checks": checks, "stopped_early": stopped}
+
+
+NANOGPT_ITER = re.compile(r"^iter (\d+): loss ([\d.]+), time ([\d.]+)ms")
+NANOGPT_EVAL = re.compile(r"^step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
+
+
+def nanogpt_checkpoint_val_loss(path: Path, val: torch.Tensor) -> tuple[float, int]:
+    """nanoGPT's saved model (same layout as ``BABY``; only the embeddings' names differ)
+    evaluated by ``full_val_loss`` on the whole split; and the iteration it was saved at."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)  # written by this run
+    state = {k.replace("transformer.w", "transformer.embed.w", 1): v
+             for k, v in ckpt["model"].items() if not k.endswith(".attn.bias")}
+    model = GPT(BABY)
+    model.load_state_dict(state, strict=True)
+    return full_val_loss(model, val), int(ckpt["iter_num"])
+
+
+def run_nanogpt(nanogpt_dir: str, iters: int, eval_interval: int = 250,
+                threads: int | None = None, val: torch.Tensor | None = None) -> dict:
+    """nanoGPT's train.py on the baby configuration, in a subprocess; parse its log.
+
+    ``threads``: set ``OMP_NUM_THREADS`` for it (torch's default thread count otherwise).
+    ``val``: evaluate nanoGPT's last checkpoint (it saves one at every evaluation) on this whole
+    split with ``full_val_loss``, the estimate tinygpt gets, beside nanoGPT's 20-batch one.
+    """
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    with tempfile.TemporaryDirectory() as out_dir:
+        cmd = [sys.executable, "train.py", "config/train_shakespeare_char.py", "--device=cpu",
+               "--compile=False", "--eval_iters=20", "--log_interval=1", "--block_size=64",
+               "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
+               f"--max_iters={iters}", f"--lr_decay_iters={iters}", "--dropout=0.0",
+               f"--eval_interval={eval_interval}", "--always_save_checkpoint=True",
+               f"--out_dir={out_dir}"]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=nanogpt_dir, capture_output=True, text=True, env=env,
+                              check=False)
+        wall = time.perf_counter() - start
+        ckpt = Path(out_dir) / "ckpt.pt"
+        whole = (nanogpt_checkpoint_val_loss(ckpt, val)
+                 if val is not None and proc.returncode == 0 and ckpt.exists() else (None, None))
+    if proc.returncode != 0:
+        raise RuntimeError(f"nanoGPT failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    times, evals = {}, {}
+    for line in proc.stdout.splitlines():
+        if m := NANOGPT_ITER.match(line):
+            times[int(m[1])] = float(m[3]) / 1000
+        elif m := NANOGPT_EVAL.match(line):
+            evals[int(m[1])] = float(m[3])
+    # iteration 0 starts the clock late; iterations that evaluate include the evaluation
+    plain = [t for i, t in times.items() if i > 0 and i % eval_interval != 0]
+    mean = statistics.fmean(plain)
+    return {"iters": iters, "ms_per_iter": 1000 * mean, "median_ms": 1000 * statistics.median(plain),
+            "train_s": mean * iters, "val_loss": evals[max(evals)], "val_step": max(evals),
+            "wall_s": wall, "command": " ".join(cmd[1:-1]), "val_loss_whole": whole[0],
+            "ckpt_iter": whole[1]}
+
+
+def run_hf(train_ids: torch.Tensor, rounds: int, steps: int) -> dict | None:
+    """Same GPT-2-layout model and batches in tinygpt and ``GPT2LMHeadModel``: ms per step."""
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError:
+        return None
+    cfg = replace(BABY, bias=True, activation="gelu_tanh")  # GPT-2's layout, which HF has
+    torch.manual_seed(0)
+    ours = GPT(cfg)
+    hf = GPT2LMHeadModel(GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.block_size,
+                                    n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head,
+                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                    activation_function="gelu_new", bos_token_id=0,
+                                    eos_token_id=0))
+    hf.load_state_dict(ours.to_hf_state_dict(), strict=False)
+    tc = BABY_TRAIN
+
+    def make_step(model, is_hf):
+        opt = configure_optimizer(model, tc)
+        gen = torch.Generator().manual_seed(0)
+
+        def step():
+            x, y = get_batch(train_ids, tc.batch_size, cfg.block_size, gen)
+            logits = model(x).logits if is_hf else model(x)
+            loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.item()
+        return step
+
+    steps_fn = {"tinygpt": make_step(ours.train(), False), "hf": make_step(hf.train(), True)}
+    first = {k: fn() for k, fn in steps_fn.items()}  # warm-up, and the same first loss
+    spent = {k: 0.0 for k in steps_fn}
+    for _ in range(rounds):
+        for k, fn in steps_fn.items():
+            t = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            spent[k] += time.perf_counter() - t
+    n = rounds * steps
+    return {"tinygpt_ms_per_iter": 1000 * spent["tinygpt"] / n,
+            "hf_ms_per_iter": 1000 * spent["hf"] / n,
+            "ratio": spent["hf"] / spent["tinygpt"], "steps": n,
+            "first_loss_tinygpt": first["tinygpt"], "first_loss_hf": first["hf"]}
+
+
+def machine() -> str:
+    load = os.getloadavg()
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"load {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}, torch threads "
+            f"{torch.get_num_threads()}")
+
+
+def append_log(change: str, result: dict, note: str) -> None:
+    """Add this run to ``speedrun_log.json`` (created when missing) and make it the result."""
+    log = json.loads(LOG.read_text()) if LOG.exists() else {"entries": []}
+    log.update(machine=machine(), torch=torch.__version__,
+               command="NANOGPT_DIR=... python " + " ".join(sys.argv))
+    log["entries"].append({
+        "change": change, "time_to_target_s": result.get("time_to_target_s"),
+        "val_loss": result.get("speedrun_val_loss", result.get("val_loss_at_2000")),
+        "iters": result.get("speedrun_iters", result.get("iters")),
+        "ms_per_iter": result.get("speedrun_ms_per_iter", result.get("tinygpt_ms_per_iter")),
+        "nanogpt_ms_per_iter": result.get("nanogpt_ms_per_iter"), "note": note,
+        "throughput_ratio": result.get("throughput_ratio"), "baby_iters": result.get("iters"),
+        "baby_ms_per_iter": result.get("tinygpt_ms_per_iter"),
+        "baby_val_loss": result.get("val_loss_at_2000"), "uptime_load": result["load"]})
+    log["result"] = result
+    LOG.write_text(json.dumps(log, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Set NANOGPT_DIR to run nanoGPT side by side.")
+    p.add_argument("--iters", type=int, default=2000, help="iterations of the baby run (2000)")
+    p.add_argument("--skip-nanogpt", action="store_true", help="do not run nanoGPT")
+    p.add_argument("--skip-tinygpt", action="store_true", help="skip the baby-config tinygpt run")
+    p.add_argument("--skip-hf", action="store_true", help="skip the Hugging Face comparison")
+    p.add_argument("--skip-speedrun", action="store_true", help="skip the speedrun")
+    p.add_argument("--hf-rounds", type=int, default=4, help="alternating rounds (4)")
+    p.add_argument("--hf-steps", type=int, default=25, help="steps per round and model (25)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads for tinygpt and nanoGPT alike (default: torch's)")
+    p.add_argument("--seed", type=int, default=BABY_TRAIN.seed,
+                   help="tinygpt's seed in the baby run (1337, nanoGPT's)")
+    p.add_argument("--flush-denormal", action="store_true",
+                   help="torch.set_flush_denormal(True) for the tinygpt runs")
+    p.add_argument("--target", type=float, default=TARGET, help="speedrun target val loss")
+    p.add_argument("--sr-iters", type=int, default=1000, help="speedrun iterations")
+    p.add_argument("--sr-lr", type=float, default=3e-3, help="speedrun peak learning rate")
+    p.add_argument("--sr-min-lr", type=float, default=3e-4, help="speedrun final learning rate")
+    p.add_argument("--sr-warmup", type=int, default=50, help="speedrun warm-up steps")
+    p.add_argument("--sr-batch", type=int, default=24, help="speedrun batch size")
+    p.add_argument("--sr-block", type=int, default=64, help="speedrun context length")
+    p.add_argument("--sr-beta2", type=float, default=0.99, help="speedrun AdamW beta2")
+    p.add_argument("--sr-weight-decay", type=float, default=0.1, help="speedrun weight decay")
+    p.add_argument("--sr-layers", type=int, default=4, help="speedrun model: layers")
+    p.add_argument("--sr-heads", type=int, default=4, help="speedrun model: heads")
+    p.add_argument("--sr-embd", type=int, default=128, help="speedrun model: width")
+    p.add_argument("--sr-seed", type=int, default=1337, help="speedrun seed")
+    p.add_argument("--sr-check-every", type=int, default=25,
+                   help="evaluate the whole val split every this many steps and stop at the "
+                        "target (0: only after the last step)")
+    p.add_argument("--sr-check-from", type=int, default=None,
+                   help="first step at which those checks start (default: 70%% of --sr-iters)")
+    p.add_argument("--sr-threads", type=int, default=None, help="torch threads for the speedrun")
+    p.add_argument("--log", metavar="CHANGE", default=None,
+                   help="append this run to benchmarks/speedrun_log.json as entry CHANGE")
+    p.add_argument("--note", default="", help="a note for the log entry")
+    args = p.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.flush_denormal:
+        torch.set_flush_denormal(True)
+    train_ids, val_ids, vocab = load_data()
+    if vocab != BABY.vocab_size:
+        raise SystemExit(f"expected 65 characters in tinyshakespeare, found {vocab}")
+    result: dict = {"iters": args.iters, "load": os.getloadavg()[0],
+                    "threads": torch.get_num_threads()}
+    print(f"machine: {machine()}; torch {torch.__version__}; train {len(train_ids):,} / val "
+          f"{len(val_ids):,} characters", flush=True)
+
+    nano_dir = os.environ.get("NANOGPT_DIR")
+    if nano_dir and not args.skip_nanogpt:
+        nano = run_nanogpt(nano_dir, args.iters, threads=args.threads, val=val_ids)
+        print(f"nanoGPT  {nano['iters']} iters: {nano['ms_per_iter']:.1f} ms/iter (median "
+              f"{nano['median_ms']:.1f}), {nano['train_s']:.1f} s of iterations, val loss "
+              f"{nano['val_loss']:.4f} at step {nano['val_step']} (its 20-batch estimate)"
+              + (f"; its checkpoint of step {nano['ckpt_iter']} on the whole split: "
+                 f"{nano['val_loss_whole']:.4f}" if nano["val_loss_whole"] is not None else ""),
+              flush=True)
+        result.update(nanogpt_ms_per_iter=nano["ms_per_iter"], nanogpt_time_2000_s=nano["train_s"],
+                      nanogpt_val_loss=nano["val_loss"], nanogpt_wall_s=nano["wall_s"],
+                      nanogpt_val_loss_whole=nano["val_loss_whole"],
+                      nanogpt_ckpt_iter=nano["ckpt_iter"])
+    else:
+        result.update(nanogpt_ms_per_iter=None, nanogpt_time_2000_s=None)
+
+    if not args.skip_tinygpt:
+        cfg = replace(BABY_TRAIN, max_iters=args.iters, lr_decay_iters=args.iters,
+                      eval_interval=args.iters, seed=args.seed)
+        ours = run_tinygpt(BABY, cfg, train_ids, val_ids)
+        print(f"tinygpt  {ours['iters']} iters: {ours['ms_per_iter']:.1f} ms/iter (median "
+              f"{ours['median_ms']:.1f}), {ours['tokens_per_s']:.0f} tokens/s, "
+              f"{ours['train_s']:.1f} s of iterations, val loss {ours['val_loss']:.4f} (whole "
+              f"split; 20-batch estimate {ours['val_loss_20_batches']:.4f})", flush=True)
+        result.update(tinygpt_ms_per_iter=ours["ms_per_iter"],
+                      tinygpt_tokens_per_s=ours["tokens_per_s"],
+                      tinygpt_time_2000_s=ours["train_s"], val_loss_at_2000=ours["val_loss"])
+        if result["nanogpt_ms_per_iter"]:
+            result["throughput_ratio"] = result["nanogpt_ms_per_iter"] / ours["ms_per_iter"]
+            print(f"goal 1: throughput {result['throughput_ratio']:.2f}x nanoGPT's (>= 1.3), "
+                  f"val loss {ours['val_loss']:.4f} (<= {TARGET})", flush=True)
+    else:
+        result.update(tinygpt_ms_per_iter=None, val_loss_at_2000=None)
+
+    if not args.skip_hf:
+        hf = run_hf(train_ids, args.hf_rounds, args.hf_steps)
+        if hf is None:
+            print("transformers is not installed: no Hugging Face comparison")
+        else:
+            print(f"GPT-2 layout, {hf['steps']} steps each: tinygpt {hf['tinygpt_ms_per_iter']:.1f}"
+                  f" ms/iter, HF GPT2LMHeadModel {hf['hf_ms_per_iter']:.1f} ms/iter: tinygpt "
+                  f"{hf['ratio']:.2f}x HF's throughput (first losses {hf['first_loss_tinygpt']:.4f}"
+                  f" / {hf['first_loss_hf']:.4f})", flush=True)
+            result.update(hf_ms_per_iter=hf["hf_ms_per_iter"], hf_ratio=hf["ratio"],
+                          hf_tinygpt_ms_per_iter=hf["tinygpt_ms_per_iter"])
+
+    result["time_to_target_s"] = None
+    if not args.skip_speedrun:
+        if args.sr_threads:
+            torch.set_num_threads(args.sr_threads)
+        sr_model = replace(BABY, block_size=args.sr_block, n_layer=args.sr_layers,
+                           n_head=args.sr_heads, n_embd=args.sr_embd)
+        sr_cfg = replace(BABY_TRAIN, batch_size=args.sr_batch, max_iters=args.sr_iters,
+                         lr_decay_iters=args.sr_iters, learning_rate=args.sr_lr,
+                         min_lr=args.sr_min_lr, warmup_iters=args.sr_warmup,
+                         beta2=args.sr_beta2, weight_decay=args.sr_weight_decay,
+                         seed=args.sr_seed, eval_interval=args.sr_iters, eval_iters=1)
+        sr = run_tinygpt(sr_model, sr_cfg, train_ids, val_ids,
+                         stop_at=args.target if args.sr_check_every else None,
+                         check_every=args.sr_check_every or 1,
+                         check_from=(int(0.7 * args.sr_iters) if args.sr_check_from is None
+                                     else args.sr_check_from))
+        reached = sr["val_loss"] <= args.target
+        result.update(speedrun_iters=sr["iters"], speedrun_ms_per_iter=sr["ms_per_iter"],
+                      speedrun_val_loss=sr["val_loss"], speedrun_train_s=sr["train_s"],
+                      speedrun_threads=torch.get_num_threads(),
+                      speedrun_eval_s=sr["eval_s"], speedrun_checks=sr["checks"],
+                      speedrun_stopped_early=sr["stopped_early"],
+                      speedrun_recipe={"model": asdict(sr_model), "lr": args.sr_lr,
+                                       "min_lr": args.sr_min_lr, "warmup": args.sr_warmup,
+                                       "batch_size": args.sr_batch, "max_iters": args.sr_iters,
+                                       "beta2": args.sr_beta2,
+                                       "weight_decay": args.sr_weight_decay,
+                                       "seed": args.sr_seed},
+                      time_to_target_s=sr["train_s"] if reached else None)
+        print(f"speedrun {sr['iters']} iters (lr {args.sr_lr}, batch {args.sr_batch}, context "
+              f"{args.sr_block}, {torch.get_num_threads()} threads): {sr['train_s']:.1f} s, "
+              f"{sr['ms_per_iter']:.1f} ms/iter, val loss {sr['val_loss']:.4f} (whole split"
+              f"{', stopped at the target' if sr['stopped_early'] else ''}; {len(sr['checks'])} "
+              f"checks took {sr['eval_s']:.1f} s, not counted): "
+              + ("target reached" if reached else f"target {args.target} NOT reached"), flush=True)
+        if reached and result.get("nanogpt_time_2000_s"):
+            result["time_ratio"] = sr["train_s"] / result["nanogpt_time_2000_s"]
+            print(f"goal 2: time to target {sr['train_s']:.1f} s = {result['time_ratio']:.2f}x "
+                  f"nanoGPT's {result['nanogpt_time_2000_s']:.1f} s (<= 0.5)", flush=True)
+    if args.log:
+        append_log(args.log, result, args.note)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
