@@ -32,6 +32,7 @@ import statistics
 import time
 
 import torch
+from _hf import hf_copy  # benchmarks/_hf.py: the same weights in GPT2LMHeadModel
 
 from tinygpt.model import GPT, GPTConfig
 from tinygpt.sample import generate
@@ -51,24 +52,6 @@ def timed(fn, repeat: int = 1):
         out = fn()
         runs.append(time.perf_counter() - start)
     return out, min(runs)
-
-
-def hf_copy(model: GPT):
-    """A ``GPT2LMHeadModel`` with the same weights, or None without ``transformers``."""
-    try:
-        import transformers
-    except ImportError:
-        return None
-    transformers.logging.set_verbosity_error()
-    c = model.config
-    hc = transformers.GPT2Config(
-        vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.n_embd, n_layer=c.n_layer,
-        n_head=c.n_head, n_inner=c.mlp_width, layer_norm_epsilon=c.norm_eps,
-        activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        tie_word_embeddings=c.tie_weights, bos_token_id=0, eos_token_id=0)
-    hf = transformers.GPT2LMHeadModel(hc).eval()
-    hf.load_state_dict(model.to_hf_state_dict(), strict=True)
-    return hf
 
 
 def hf_generate(hf, idx: torch.Tensor, n: int) -> torch.Tensor:

@@ -68,6 +68,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _hf import hf_copy  # benchmarks/_hf.py: the same weights in GPT2LMHeadModel
 
 from tinygpt.data import load_text
 from tinygpt.model import GPT, GPTConfig
@@ -216,19 +217,12 @@ def run_nanogpt(nanogpt_dir: str, iters: int, eval_interval: int = 250,
 
 def run_hf(train_ids: torch.Tensor, rounds: int, steps: int) -> dict | None:
     """Same GPT-2-layout model and batches in tinygpt and ``GPT2LMHeadModel``: ms per step."""
-    try:
-        from transformers import GPT2Config, GPT2LMHeadModel
-    except ImportError:
-        return None
     cfg = replace(BABY, bias=True, activation="gelu_tanh")  # GPT-2's layout, which HF has
     torch.manual_seed(0)
     ours = GPT(cfg)
-    hf = GPT2LMHeadModel(GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.block_size,
-                                    n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head,
-                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                    activation_function="gelu_new", bos_token_id=0,
-                                    eos_token_id=0))
-    hf.load_state_dict(ours.to_hf_state_dict(), strict=False)
+    hf = hf_copy(ours)  # the same weights
+    if hf is None:  # no transformers
+        return None
     tc = BABY_TRAIN
 
     def make_step(model, is_hf):
