@@ -29,6 +29,11 @@ betas 0.9/0.99, weight decay 0.1, clipping 1.0), 100 warm-up steps, cosine decay
    nanoGPT's time leaves its evaluations out; it is compared with nanoGPT's time for its 2000
    iterations.
 
+``--concurrent``: nanoGPT (1 and 2 above) and tinygpt train *at the same time*, one thread each
+(one core each on a 2-core machine), instead of one after the other with all threads. Whatever
+else the machine is doing then slows both alike, so the throughput ratio holds still from run to
+run where the sequential one moves by 10-20% with the load of the moment.
+
 Times. A training time is the sum of the per-iteration times (batch, forward, backward, clipping,
 optimizer step); evaluations are left out on both sides. nanoGPT's iterations that also evaluate
 (every 250, which also writes a checkpoint) are left out of its mean, and its 2000-iteration
@@ -45,7 +50,10 @@ appends this run to ``benchmarks/speedrun_log.json`` as an entry named CHANGE.
 
 What makes tinygpt fast here: torch's one-kernel ``F.layer_norm`` and ``F.gelu`` inside the
 modules (the written-out formulas stay as ``explicit`` paths, tested against them), the fused
-attention kernel, and nothing else private: the training loop is the library's.
+attention kernel, torch's fused AdamW (``configure_optimizer``), and ``keep_freed_memory``
+(``train`` calls it on CPU: glibc's ``malloc`` keeps freed activations for the next step instead
+of handing them back to the kernel, which saves about a thousand page faults per step), and
+nothing else private: the training loop is the library's.
 
 Usage: NANOGPT_DIR=/path/to/nanoGPT TINYGPT_DATA=... python benchmarks/speedrun.py
        python benchmarks/speedrun.py --skip-nanogpt --skip-hf --iters 200   (a quick check)
@@ -63,6 +71,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -174,12 +183,15 @@ def nanogpt_checkpoint_val_loss(path: Path, val: torch.Tensor) -> tuple[float, i
 
 
 def run_nanogpt(nanogpt_dir: str, iters: int, eval_interval: int = 250,
-                threads: int | None = None, val: torch.Tensor | None = None) -> dict:
+                threads: int | None = None, val: torch.Tensor | None = None,
+                during: Callable[[], dict] | None = None) -> dict:
     """nanoGPT's train.py on the baby configuration, in a subprocess; parse its log.
 
     ``threads``: set ``OMP_NUM_THREADS`` for it (torch's default thread count otherwise).
     ``val``: evaluate nanoGPT's last checkpoint (it saves one at every evaluation) on this whole
     split with ``full_val_loss``, the estimate tinygpt gets, beside nanoGPT's 20-batch one.
+    ``during``: called in this process while nanoGPT runs; its result is returned as
+    ``"alongside"`` (the ``--concurrent`` mode: both train at the same time, a core each).
     """
     env = dict(os.environ)
     if threads:
@@ -191,17 +203,24 @@ def run_nanogpt(nanogpt_dir: str, iters: int, eval_interval: int = 250,
                f"--max_iters={iters}", f"--lr_decay_iters={iters}", "--dropout=0.0",
                f"--eval_interval={eval_interval}", "--always_save_checkpoint=True",
                f"--out_dir={out_dir}"]
+        log = Path(out_dir) / "log.txt"  # a file, not a pipe: nothing blocks while we train
         start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=nanogpt_dir, capture_output=True, text=True, env=env,
-                              check=False)
+        with open(log, "w") as sink:
+            proc = subprocess.Popen(cmd, cwd=nanogpt_dir, stdout=sink, stderr=subprocess.STDOUT,
+                                    env=env)
+            try:
+                alongside = during() if during is not None else None
+            finally:
+                proc.wait()
         wall = time.perf_counter() - start
+        output = log.read_text()
         ckpt = Path(out_dir) / "ckpt.pt"
         whole = (nanogpt_checkpoint_val_loss(ckpt, val)
                  if val is not None and proc.returncode == 0 and ckpt.exists() else (None, None))
     if proc.returncode != 0:
-        raise RuntimeError(f"nanoGPT failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"nanoGPT failed ({proc.returncode}):\n{output[-3000:]}")
     times, evals = {}, {}
-    for line in proc.stdout.splitlines():
+    for line in output.splitlines():
         if m := NANOGPT_ITER.match(line):
             times[int(m[1])] = float(m[3]) / 1000
         elif m := NANOGPT_EVAL.match(line):
@@ -212,7 +231,7 @@ def run_nanogpt(nanogpt_dir: str, iters: int, eval_interval: int = 250,
     return {"iters": iters, "ms_per_iter": 1000 * mean, "median_ms": 1000 * statistics.median(plain),
             "train_s": mean * iters, "val_loss": evals[max(evals)], "val_step": max(evals),
             "wall_s": wall, "command": " ".join(cmd[1:-1]), "val_loss_whole": whole[0],
-            "ckpt_iter": whole[1]}
+            "ckpt_iter": whole[1], "alongside": alongside}
 
 
 def run_hf(train_ids: torch.Tensor, rounds: int, steps: int) -> dict | None:
@@ -294,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hf-steps", type=int, default=25, help="steps per round and model (25)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads for tinygpt and nanoGPT alike (default: torch's)")
+    p.add_argument("--concurrent", action="store_true",
+                   help="run nanoGPT and tinygpt at the same time, one thread each, so that "
+                        "both see the same machine load (needs NANOGPT_DIR)")
     p.add_argument("--seed", type=int, default=BABY_TRAIN.seed,
                    help="tinygpt's seed in the baby run (1337, nanoGPT's)")
     p.add_argument("--flush-denormal", action="store_true",
@@ -331,13 +353,29 @@ def main(argv: list[str] | None = None) -> int:
     if vocab != BABY.vocab_size:
         raise SystemExit(f"expected 65 characters in tinyshakespeare, found {vocab}")
     result: dict = {"iters": args.iters, "load": os.getloadavg()[0],
-                    "threads": torch.get_num_threads()}
+                    "threads": torch.get_num_threads(), "concurrent": False,
+                    "threads_default": torch.get_num_threads()}
     print(f"machine: {machine()}; torch {torch.__version__}; train {len(train_ids):,} / val "
           f"{len(val_ids):,} characters", flush=True)
 
     nano_dir = os.environ.get("NANOGPT_DIR")
+    cfg = replace(BABY_TRAIN, max_iters=args.iters, lr_decay_iters=args.iters,
+                  eval_interval=args.iters, seed=args.seed)
+    ours = None
+    if args.concurrent:
+        if not nano_dir or args.skip_nanogpt or args.skip_tinygpt:
+            p.error("--concurrent runs nanoGPT and tinygpt together: it needs NANOGPT_DIR and "
+                    "both runs")
+        result.update(concurrent=True, threads=1)
+        torch.set_num_threads(1)
+        print("concurrent: nanoGPT and tinygpt train at the same time, one thread each",
+              flush=True)
     if nano_dir and not args.skip_nanogpt:
-        nano = run_nanogpt(nano_dir, args.iters, threads=args.threads, val=val_ids)
+        nano = run_nanogpt(nano_dir, args.iters, threads=1 if args.concurrent else args.threads,
+                           val=val_ids, during=(lambda: run_tinygpt(BABY, cfg, train_ids, val_ids))
+                           if args.concurrent else None)
+        ours = nano.pop("alongside")
+        torch.set_num_threads(result["threads_default"])
         print(f"nanoGPT  {nano['iters']} iters: {nano['ms_per_iter']:.1f} ms/iter (median "
               f"{nano['median_ms']:.1f}), {nano['train_s']:.1f} s of iterations, val loss "
               f"{nano['val_loss']:.4f} at step {nano['val_step']} (its 20-batch estimate)"
@@ -353,9 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         result.update(nanogpt_ms_per_iter=None, nanogpt_time_2000_s=None)
 
     if not args.skip_tinygpt:
-        cfg = replace(BABY_TRAIN, max_iters=args.iters, lr_decay_iters=args.iters,
-                      eval_interval=args.iters, seed=args.seed)
-        ours = run_tinygpt(BABY, cfg, train_ids, val_ids)
+        ours = ours or run_tinygpt(BABY, cfg, train_ids, val_ids)
         print(f"tinygpt  {ours['iters']} iters: {ours['ms_per_iter']:.1f} ms/iter (median "
               f"{ours['median_ms']:.1f}), {ours['tokens_per_s']:.0f} tokens/s, "
               f"{ours['train_s']:.1f} s of iterations, val loss {ours['val_loss']:.4f} (whole "
