@@ -352,9 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     train_ids, val_ids, vocab = load_data()
     if vocab != BABY.vocab_size:
         raise SystemExit(f"expected 65 characters in tinyshakespeare, found {vocab}")
-    result: dict = {"iters": args.iters, "load": os.getloadavg()[0],
-                    "threads": torch.get_num_threads(), "concurrent": False,
-                    "threads_default": torch.get_num_threads()}
+    threads = torch.get_num_threads()
+    result: dict = {"iters": args.iters, "load": os.getloadavg()[0], "threads": threads,
+                    "concurrent": False}
     print(f"machine: {machine()}; torch {torch.__version__}; train {len(train_ids):,} / val "
           f"{len(val_ids):,} characters", flush=True)
 
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                            val=val_ids, during=(lambda: run_tinygpt(BABY, cfg, train_ids, val_ids))
                            if args.concurrent else None)
         ours = nano.pop("alongside")
-        torch.set_num_threads(result["threads_default"])
+        torch.set_num_threads(threads)  # back to the sequential runs' count
         print(f"nanoGPT  {nano['iters']} iters: {nano['ms_per_iter']:.1f} ms/iter (median "
               f"{nano['median_ms']:.1f}), {nano['train_s']:.1f} s of iterations, val loss "
               f"{nano['val_loss']:.4f} at step {nano['val_step']} (its 20-batch estimate)"
