@@ -2,7 +2,7 @@
 
 The network maps a batch of inputs to a distribution over ``V`` classes (next tokens)::
 
-    x (B, D_in) --linear W1, b1--> a (B, H) --tanh or relu--> h (B, H)
+    x (B, D_in) --linear W1, b1--> a (B, D_h) --tanh or relu--> h (B, D_h)
                 --linear W2, b2--> logits (B, V) --softmax + cross-entropy with targets (B,)--> loss
 
 ``mlp_forward`` computes every intermediate and keeps what the backward pass needs;
@@ -28,7 +28,7 @@ ACTIVATIONS = ("tanh", "relu")
 
 @dataclass(frozen=True)
 class MLPConfig:
-    """The sizes of the MLP: D_in inputs, H hidden units, V classes, and its activation."""
+    """The sizes of the MLP: D_in inputs, D_h hidden units (`hidden`), V classes, the activation."""
 
     d_in: int
     hidden: int
@@ -49,9 +49,9 @@ class MLP:
     """The parameters of the MLP; ``W`` is (inputs, outputs), so a layer computes ``x @ W + b``."""
 
     config: MLPConfig
-    W1: Tensor  # (D_in, H)
-    b1: Tensor  # (H,)
-    W2: Tensor  # (H, V)
+    W1: Tensor  # (D_in, D_h)
+    b1: Tensor  # (D_h,)
+    W2: Tensor  # (D_h, V)
     b2: Tensor  # (V,)
 
     def params(self) -> dict[str, Tensor]:
@@ -64,8 +64,8 @@ class Forward:
     """The intermediates of one forward pass that the backward pass reads."""
 
     x: Tensor  # (B, D_in) input
-    a: Tensor  # (B, H) pre-activation, x @ W1 + b1
-    h: Tensor  # (B, H) activation(a)
+    a: Tensor  # (B, D_h) pre-activation, x @ W1 + b1
+    h: Tensor  # (B, D_h) activation(a)
     logits: Tensor  # (B, V)
     probs: Tensor  # (B, V) softmax(logits)
     targets: Tensor  # (B,) class ids
@@ -160,9 +160,9 @@ def mlp_forward(mlp: MLP, x: Tensor, targets: Tensor) -> Forward:
     differentiates it, which is how the tests check ``mlp_backward``.
     """
     _check_batch(mlp, x, targets)
-    a = x @ mlp.W1 + mlp.b1  # (B, D_in) @ (D_in, H) + (H,) -> (B, H)
-    h = a.tanh() if mlp.config.activation == "tanh" else a.relu()  # (B, H)
-    logits = h @ mlp.W2 + mlp.b2  # (B, H) @ (H, V) + (V,) -> (B, V)
+    a = x @ mlp.W1 + mlp.b1  # (B, D_in) @ (D_in, D_h) + (D_h,) -> (B, D_h)
+    h = a.tanh() if mlp.config.activation == "tanh" else a.relu()  # (B, D_h)
+    logits = h @ mlp.W2 + mlp.b2  # (B, D_h) @ (D_h, V) + (V,) -> (B, V)
     loss, probs = cross_entropy(logits, targets)  # (), (B, V)
     return Forward(x, a, h, logits, probs, targets, loss)
 
@@ -171,10 +171,10 @@ def mlp_backward(mlp: MLP, fwd: Forward) -> dict[str, Tensor]:
     """d loss / d parameter for every parameter, named as in ``MLP.params()``, by hand."""
     with torch.no_grad():  # nothing here is recorded for autograd, even if the inputs require grad
         dlogits = cross_entropy_backward(fwd.probs, fwd.targets)  # (B, V)
-        dh, dW2, db2 = linear_backward(dlogits, fwd.h, mlp.W2)  # (B, H), (H, V), (V,)
+        dh, dW2, db2 = linear_backward(dlogits, fwd.h, mlp.W2)  # (B, D_h), (D_h, V), (V,)
         if mlp.config.activation == "tanh":
-            da = tanh_backward(dh, fwd.h)  # (B, H)
+            da = tanh_backward(dh, fwd.h)  # (B, D_h)
         else:
-            da = relu_backward(dh, fwd.a)  # (B, H)
-        _, dW1, db1 = linear_backward(da, fwd.x, mlp.W1)  # dx unused; (D_in, H), (H,)
+            da = relu_backward(dh, fwd.a)  # (B, D_h)
+        _, dW1, db1 = linear_backward(da, fwd.x, mlp.W1)  # dx unused; (D_in, D_h), (D_h,)
     return {"W1": dW1, "b1": db1, "W2": dW2, "b2": db2}
