@@ -221,6 +221,8 @@ def check_out_dir(spec: str | os.PathLike[str], *, data: str | None = None, resu
     if out.exists() and not out.is_dir():
         raise CheckpointError(f"--out {raw}: is a file, not a folder; tinygpt never replaces it: "
                               "choose another --out")
+    if resume and not out.is_dir():
+        raise CheckpointError(f"{out}: no such checkpoint folder to --resume")
     if data is not None and Path(data).expanduser().exists():
         found = Path(data).expanduser().resolve()
         if found == out.resolve() or out.resolve() in found.parents:
@@ -274,3 +276,26 @@ def check_room(out: Path, need: int, *, have_checkpoint: bool) -> None:
             f"{want / 2**20:.1f} MiB (a checkpoint is about {need / 2**20:.1f} MiB, and a save "
             "writes the new one before removing the previous); nothing was trained and nothing "
             "in it was changed: free some space or choose another --out")
+
+
+@contextlib.contextmanager
+def claim(out: Path) -> Iterator[None]:
+    """Create ``out`` if needed and hold its lock while the body runs; a folder created here that
+    ends without a checkpoint is removed again (with tinygpt's files in it, and nothing else)."""
+    created = not out.exists()
+    check_writable(out)
+    try:
+        with locked(out):
+            yield
+    finally:
+        if created and not (out / MANIFEST).exists() and out.resolve() not in _held_paths():
+            remove_stale(out, keep="")
+            with contextlib.suppress(OSError):
+                (out / LOCK_FILE).unlink()
+            with contextlib.suppress(OSError):
+                out.rmdir()
+
+
+def _held_paths() -> set[Path]:
+    with _held_guard:
+        return {Path(k) for k in _held}
