@@ -130,11 +130,12 @@ def read_regular(path: Path, *, max_size: int | None = None, size: int | None = 
         raise CheckpointError(f"{path}: missing") from None
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read it ({err.strerror or err})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise CheckpointError(f"{path}: not a regular file (a folder, device, FIFO or socket); "
+                              "a checkpoint holds regular files only")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise CheckpointError(f"{path}: not a regular file (a folder, device, FIFO or "
-                                  "socket); a checkpoint holds regular files only")
         if size is not None and info.st_size != size:
             raise CheckpointError(f"{path}: {info.st_size} bytes, but the manifest says {size}: "
                                   "the file is truncated or was replaced")
@@ -283,8 +284,8 @@ def claim(out: Path) -> Iterator[None]:
     """Create ``out`` if needed and hold its lock while the body runs; a folder created here that
     ends without a checkpoint is removed again (with tinygpt's files in it, and nothing else)."""
     created = not out.exists()
-    check_writable(out)
     try:
+        check_writable(out)
         with locked(out):
             yield
     finally:
