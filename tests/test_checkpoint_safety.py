@@ -464,3 +464,18 @@ def test_sampling_a_checkpoint_with_non_finite_weights_is_a_clear_error(capsys, 
     assert_refused(code, err, "model.safetensors", "inf or a NaN")
     with pytest.raises(CheckpointError, match="inf or a NaN"):
         tinygpt.load(out)
+
+
+def test_a_save_that_fails_midway_names_the_folder_and_what_was_kept(tmp_path, monkeypatch):
+    save_tiny(tmp_path / "ck", step=1)
+    before = sorted(p.name for p in (tmp_path / "ck").iterdir())
+
+    def disk_full(path, payload):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(ckptio, "write_synced", disk_full)
+    with pytest.raises(CheckpointError, match=r"ck: could not save step 2 \(No space left on "
+                       r"device: .*model.safetensors\); the checkpoint of step 1 there is kept"):
+        save_tiny(tmp_path / "ck", step=2)
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == before
+    assert load_checkpoint(tmp_path / "ck").step == 1

@@ -31,18 +31,15 @@ import dataclasses
 import hashlib
 import json
 import os
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
-from tinygpt import ckptio
+from tinygpt import ckptcheck, ckptio
 from tinygpt.ckptio import MANIFEST, CheckpointError
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
@@ -52,9 +49,6 @@ from tinygpt.train import TrainConfig
 FORMAT, VERSION = "tinygpt-checkpoint", 2
 MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
 META_FILE, TOKENIZER_FILE = MANIFEST, "tokenizer.json"
-_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
-           torch.float64: "F64", torch.int64: "I64"}
-_SIZES = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I64": 8}
 _MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
 
 
@@ -87,44 +81,12 @@ def unique_tensors(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]
     return tensors, aliases
 
 
-def non_finite(tensors: dict[str, Tensor]) -> str | None:
-    """The name of the first floating tensor holding an inf or a NaN, else None."""
-    for name, t in tensors.items():
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            return name
-    return None
-
-
-def _layout(config: GPTConfig) -> tuple[dict[str, tuple[str, tuple[int, ...]]], dict[str, str]]:
-    """``{name: (dtype, shape)}`` of a model's stored tensors and its aliases, from the config
-    alone (built on the meta device: nothing is allocated, however large the config)."""
-    with torch.device("meta"):
-        model = GPT(config)
-    layout: dict[str, tuple[str, tuple[int, ...]]] = {}
-    aliases: dict[str, str] = {}
-    seen: dict[int, str] = {}
-    for name, t in model.state_dict(keep_vars=True).items():
-        if id(t) in seen:
-            aliases[name] = seen[id(t)]
-        else:
-            seen[id(t)] = name
-            layout[name] = (_DTYPES.get(t.dtype, str(t.dtype)), tuple(t.shape))
-    return layout, aliases
-
-
 def checkpoint_bytes(model: nn.Module, optimizer: bool = True) -> int:
     """About how many bytes a checkpoint of ``model`` takes: the weights, and AdamW's two
     moments per weight (``optimizer``), plus headers, JSON and tokenizer (1 MiB)."""
     tensors, _ = unique_tensors(model)
     weights = sum(t.numel() * t.element_size() for t in tensors.values())
     return weights * (3 if optimizer else 1) + 2**20
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _canonical(meta: dict[str, Any]) -> bytes:
@@ -184,7 +146,7 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                 else:
                     scalars[f"{idx}.{key}"] = value
         opt_json = {"param_groups": state["param_groups"], "scalars": scalars}
-    bad = non_finite(tensors) or non_finite(opt_tensors)
+    bad = ckptcheck.non_finite(tensors) or ckptcheck.non_finite(opt_tensors)
     if bad is not None:
         raise CheckpointError(f"{out}: not saved: {bad} holds an inf or a NaN (the run "
                               "diverged); the checkpoint already there is kept")
@@ -220,111 +182,31 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
             }
             meta["checksum"] = hashlib.sha256(_canonical(meta)).hexdigest()
             ckptio.swap_manifest(out, json.dumps(meta, indent=1).encode("utf-8"))
-        except BaseException:  # an error leaves the previous checkpoint and no new files
-            if not (out / MANIFEST).exists() or version.name not in _current_folder(out):
+        except BaseException as err:  # an error leaves the previous checkpoint, no new files
+            current = _current(out)
+            if current.get("folder") != version.name:
                 ckptio.remove_version(version)
+            if isinstance(err, OSError):  # a full disk, a folder made read-only meanwhile...
+                kept = (f"the checkpoint of step {current['step']} there is kept" if "step" in
+                        current else "no checkpoint is there")
+                raise CheckpointError(f"{out}: could not save step {step} ({err.strerror or err}"
+                                      f"{': ' + str(err.filename) if err.filename else ''}); "
+                                      f"{kept}") from None
             raise
         ckptio.remove_stale(out, keep=version.name)  # the previous version, killed saves' files
     return out
 
 
-def _current_folder(out: Path) -> str:
+def _current(out: Path) -> dict[str, Any]:
+    """The manifest now in ``out`` (unchecked), or ``{}``."""
     try:
-        return str(json.loads(ckptio.read_regular(out / MANIFEST, max_size=_MAX_JSON))["folder"])
-    except (CheckpointError, ValueError, KeyError, TypeError):
-        return ""
+        meta = json.loads(ckptio.read_regular(out / MANIFEST, max_size=_MAX_JSON))
+    except (CheckpointError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 # --- loading -------------------------------------------------------------------------------------
-
-def _header(data: bytes, path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """``{name: (dtype, shape)}`` of a safetensors file, after checking that its header fits
-    the file exactly (offsets contiguous, sizes matching dtypes and shapes)."""
-    bad = f"{path}: not a readable safetensors file"
-    if len(data) < 8 or int.from_bytes(data[:8], "little") > len(data) - 8:
-        raise CheckpointError(f"{bad} (header length beyond the file's {len(data)} bytes)")
-    n = int.from_bytes(data[:8], "little")
-    try:
-        header = json.loads(data[8:8 + n])
-        spans, out = [], {}
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            shape = tuple(int(s) for s in info["shape"])
-            begin, end = (int(o) for o in info["data_offsets"])
-            if min(shape, default=0) < 0 or end - begin != _numel(shape) * _SIZES[info["dtype"]]:
-                raise ValueError(f"tensor {name}: {end - begin} bytes for shape {list(shape)}")
-            spans.append((begin, end))
-            out[name] = (info["dtype"], shape)
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise CheckpointError(f"{bad} ({type(err).__name__}: {err})") from None
-    edge = 0
-    for begin, end in sorted(spans):
-        if begin != edge:
-            raise CheckpointError(f"{bad} (its tensors overlap or leave gaps)")
-        edge = end
-    if edge != len(data) - 8 - n:
-        raise CheckpointError(f"{bad} ({len(data) - 8 - n} bytes of data, its header "
-                              f"describes {edge})")
-    return out
-
-
-def _tensors(data: bytes, path: Path) -> dict[str, Tensor]:
-    try:
-        tensors = st_load(data)
-    except (SafetensorError, ValueError, RuntimeError, TypeError) as err:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from None
-    bad = non_finite(tensors)
-    if bad is not None:
-        raise CheckpointError(f"{path}: tensor {bad} holds an inf or a NaN: these weights come "
-                              "from a diverged run and cannot be used")
-    return tensors
-
-
-def _check_model_file(data: bytes, path: Path, config: GPTConfig, aliases: Any,
-                      layout: tuple[dict[str, tuple[str, tuple[int, ...]]], dict[str, str]]) -> None:
-    expected, expected_aliases = layout
-    found = _header(data, path)
-    missing = sorted(set(expected) - set(found))
-    extra = sorted(set(found) - set(expected))
-    if missing or extra or expected_aliases != aliases:
-        raise CheckpointError(f"{path}: its tensors do not match the model config {config}: "
-                              f"missing {missing[:5]}, unexpected {extra[:5]}")
-    for name, (dtype, shape) in found.items():
-        if (dtype, shape) != expected[name]:
-            raise CheckpointError(f"{path}: tensor {name} has shape {shape} ({dtype}), but "
-                                  f"the model config needs {expected[name][1]}")
-
-
-def _check_optimizer_file(data: bytes, path: Path,
-                          layout: dict[str, tuple[str, tuple[int, ...]]]) -> None:
-    shapes = {shape for _, shape in layout.values()} | {()}  # indices follow param groups
-    for name, (_, shape) in _header(data, path).items():
-        parts = name.split(".")
-        if len(parts) != 3 or parts[0] != "state" or not parts[1].isdigit() or int(
-                parts[1]) >= len(layout) or shape not in shapes:
-            raise CheckpointError(f"{path}: tensor {name} {shape} fits no parameter of the "
-                                  "model config")
-
-
-def _rng_states(raw: dict[str, Any], where: Path) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in raw.items():
-        try:
-            if "bytes" in value:
-                out[name] = torch.frombuffer(bytearray.fromhex(value["bytes"]), dtype=torch.uint8)
-                if not name.startswith("cuda"):  # a CPU generator's state: try it on a spare
-                    torch.Generator().set_state(out[name])
-            elif "python" in value:
-                version, ints, gauss = value["python"]
-                out[name] = (version, tuple(ints), gauss)
-                random.Random().setstate(out[name])
-            else:
-                raise ValueError("no 'bytes' or 'python' entry")
-        except (ValueError, TypeError, RuntimeError, OverflowError) as err:
-            raise CheckpointError(f"{where}: rng state {name!r} is damaged ({err})") from None
-    return out
-
 
 def _tokenizer(raw: dict[str, Any] | None, folder: Path) -> CharTokenizer | BPETokenizer | None:
     if raw is None:
@@ -414,8 +296,9 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
         version = folder / meta["folder"]
         if not ckptio.is_own(meta["folder"]) or "/" in meta["folder"]:
             raise CheckpointError(f"{meta_path}: names {meta['folder']!r}, not a version folder")
-        layout = _layout(model_config)  # before anything is read: sizes follow from it
-        weights = sum(_SIZES.get(dtype, 8) * _numel(shape) for dtype, shape in layout[0].values())
+        layout = ckptcheck.layout(model_config)  # before anything is read: sizes follow from it
+        weights = sum(ckptcheck.SIZES.get(dtype, 8) * ckptcheck.numel(shape)
+                      for dtype, shape in layout[0].values())
         limits = {MODEL_FILE: weights + 2**20, OPTIMIZER_FILE: 3 * weights + 2**20}
         blobs = {}
         for name, entry in files.items():
@@ -431,15 +314,17 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
                                       f"the file is truncated or corrupt ({size} bytes)")
         if MODEL_FILE not in blobs:
             raise CheckpointError(f"{meta_path}: names no {MODEL_FILE}")
-        _check_model_file(blobs[MODEL_FILE], version / MODEL_FILE, model_config, meta["tied"],
-                          layout)
+        ckptcheck.check_model_file(blobs[MODEL_FILE], version / MODEL_FILE, model_config,
+                                   meta["tied"], layout)
         opt_tensors = {}
         if meta["optimizer"] is not None:
             if OPTIMIZER_FILE not in blobs:
                 raise CheckpointError(f"{meta_path}: names no {OPTIMIZER_FILE}")
-            _check_optimizer_file(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE, layout[0])
-            opt_tensors = _tensors(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE)
-        model = _build_model(model_config, _tensors(blobs[MODEL_FILE], version / MODEL_FILE))
+            ckptcheck.check_optimizer_file(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE,
+                                           layout[0])
+            opt_tensors = ckptcheck.tensors(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE)
+        model = _build_model(model_config,
+                             ckptcheck.tensors(blobs[MODEL_FILE], version / MODEL_FILE))
         tokenizer = _tokenizer(meta["tokenizer"], version)
         if not isinstance(meta["history"], list):
             raise TypeError("history is not a list")
@@ -447,7 +332,7 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
             path=folder, model=model, model_config=model_config, train_config=train_config,
             step=int(meta["step"]), tokenizer=tokenizer,
             optimizer_state=_optimizer_state(meta["optimizer"], opt_tensors, meta_path),
-            rng_states=_rng_states(meta["rng_states"], meta_path), history=meta["history"])
+            rng_states=ckptcheck.rng_states(meta["rng_states"], meta_path), history=meta["history"])
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
