@@ -167,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
          metavar="DIR")
     _add(io, "--resume", "continue the checkpoint in --out with its model and tokenizer (same "
          "--data; --max-iters may be raised)", action="store_true")
-    _add(io, "--overwrite", "replace a checkpoint in --out instead of refusing",
+    _add(io, "--overwrite", "replace the checkpoint in --out, or write one beside the files of a "
+         "non-empty folder, instead of refusing (files tinygpt did not write are never touched)",
          action="store_true")
     _add(io, "--quiet", "no progress bar or evaluation lines, only the summary line",
          action="store_true")
