@@ -263,11 +263,13 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     ``--out`` is checked first (``tinygpt.ckptio.check_out_dir``: never a file, the data, the
     current folder, or a folder of other files without ``--overwrite``) and locked for the run.
     """
+    from contextlib import nullcontext
+
     from tinygpt import ckptio
 
     out = ckptio.check_out_dir(args.out, data=args.data, resume=args.resume,
                                overwrite=args.overwrite)
-    with ckptio.claim(out):
+    with ckptio.claim(out) if is_main_process() else nullcontext():  # rank 0 writes, under torchrun
         return _train_command(args, argv)
 
 
