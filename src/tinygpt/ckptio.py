@@ -187,12 +187,14 @@ def locked(out: Path) -> Iterator[None]:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                other = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                os.lseek(fd, 0, os.SEEK_SET)
+                other = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
                 raise CheckpointError(
                     f"{out} is in use by another tinygpt process (pid {other}), which holds "
                     f"{path}: wait for it to end, or choose another --out") from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode())  # for the message of a second trainer
         with _held_guard:
             _held[key] = [fd, 1, threading.get_ident()]
         try:

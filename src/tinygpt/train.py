@@ -339,6 +339,10 @@ def train(
     model, optimizer, RNG states and history -- up to ``train_config.max_iters``, giving the same
     numbers as an uninterrupted run. A NaN or infinite loss or gradient raises
     ``TrainingDivergedError`` before any weight is changed; the last saved checkpoint is kept.
+    Weights that hold an inf or a NaN, or give the step's last batch a non-finite loss, are never
+    saved: the save raises ``TrainingDivergedError`` instead, keeping the last good checkpoint.
+    Before the first step, ``out_dir`` is checked writable, with room for two checkpoints, and
+    locked against a second trainer (``tinygpt.ckptio``) until the run ends.
 
     On the CPU, ``keep_freed_memory()`` is called first (a process-wide ``malloc`` setting).
     ``train_config.dtype="bfloat16"`` runs the forward pass under bf16 autocast. Started by
