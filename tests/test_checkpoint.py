@@ -1,8 +1,10 @@
 """Tests for tinygpt.checkpoint: round trips, tied weights, no pickle, clear errors on damaged
-folders, and atomic saving checked by killing a writer (SIGKILL) in the middle of a save."""
+folders, and atomic saving checked by killing a writer (SIGKILL) in the middle of a save.
+(The folder's safety -- user files, locks, readers during saves -- is in test_checkpoint_safety.)"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -66,11 +68,19 @@ def save(path: Path, step: int = 3, seed: int = 0, tokenizer=None, **kw) -> tupl
 
 # --- round trips ---------------------------------------------------------------------------------
 
+def version_dir(folder: Path) -> Path:
+    """The version folder that the manifest of ``folder`` names."""
+    return folder / json.loads((folder / "checkpoint.json").read_text())["folder"]
+
+
 def test_round_trip_restores_everything(tmp_path):
     tok = CharTokenizer("abcdefghij")
     model, opt, rng = save(tmp_path / "ckpt", tokenizer=tok)
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
-        "checkpoint.json", "model.safetensors", "optimizer.safetensors"]
+    names = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert names[:2] == [".tinygpt.lock", "checkpoint.json"] and len(names) == 3
+    assert names[2].startswith("step-000003-") and version_dir(tmp_path / "ckpt").name == names[2]
+    assert sorted(p.name for p in version_dir(tmp_path / "ckpt").iterdir()) == [
+        "model.safetensors", "optimizer.safetensors"]
     ck = load_checkpoint(tmp_path / "ckpt")
     assert ck.step == 3 and ck.model_config == CONFIG and ck.train_config == TRAIN_CONFIG
     assert ck.history == [{"step": 1, "loss": 3.25}] and ck.tokenizer.chars == tok.chars
@@ -92,9 +102,11 @@ def test_round_trip_restores_everything(tmp_path):
 
 def test_a_failed_save_keeps_the_previous_checkpoint_and_leaves_nothing(tmp_path):
     model, *_ = save(tmp_path / "ckpt", step=1)
+    before = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
     with pytest.raises(TypeError, match="tokenizer must be"):
         save(tmp_path / "ckpt", step=2, tokenizer="not a tokenizer")
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == before
     ck = load_checkpoint(tmp_path / "ckpt")
     assert ck.step == 1
     assert_same_weights(model, ck.model)
@@ -111,7 +123,7 @@ def test_tied_weights_are_stored_once_untied_twice():
 def test_bpe_tokenizer_travels_in_its_own_file(tmp_path):
     tok = BPETokenizer.train("low lower lowest newer newest " * 20, vocab_size=264)
     save(tmp_path / "ckpt", tokenizer=tok)
-    assert (tmp_path / "ckpt" / "tokenizer.json").exists()
+    assert (version_dir(tmp_path / "ckpt") / "tokenizer.json").exists()
     model, loaded = tinygpt.load(tmp_path / "ckpt")
     assert isinstance(model, GPT) and loaded.merges == tok.merges and loaded.tokens == tok.tokens
 
@@ -135,31 +147,50 @@ def test_import_tinygpt_stays_light():
 
 # --- damaged folders -----------------------------------------------------------------------------
 
-def edit_json(folder: Path, change) -> None:
+def edit_json(folder: Path, change, checksum: bool = True) -> None:
+    """Change the manifest; with ``checksum``, recompute its checksum as a deliberate (or
+    hostile) editor would, so that the checks behind the checksum are tested."""
     meta = json.loads((folder / "checkpoint.json").read_text())
     change(meta)
+    meta.pop("checksum")
+    if checksum:
+        canonical = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+        meta["checksum"] = hashlib.sha256(canonical).hexdigest()
     (folder / "checkpoint.json").write_text(json.dumps(meta))
 
 
-def truncate_model(folder: Path) -> None:
-    data = (folder / MODEL_FILE).read_bytes()
-    (folder / MODEL_FILE).write_bytes(data[: len(data) // 2])
+def replace_file(folder: Path, name: str, data: bytes, manifest: bool = True) -> None:
+    """Replace a file of the checkpoint; with ``manifest``, update its size and SHA-256 there."""
+    (version_dir(folder) / name).write_bytes(data)
+    if manifest:
+        entry = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        edit_json(folder, lambda m: m["files"].update({name: entry}))
+
+
+def truncate_model(folder: Path, manifest: bool = False) -> None:
+    data = (version_dir(folder) / MODEL_FILE).read_bytes()
+    replace_file(folder, MODEL_FILE, data[: len(data) // 2], manifest)
 
 
 DAMAGE = {
     "missing folder": (lambda d: d.rename(d.with_name("elsewhere")), "no such checkpoint"),
     "missing json": (lambda d: (d / "checkpoint.json").unlink(), "checkpoint.json: missing"),
+    "edited json": (lambda d: edit_json(d, lambda m: m.update(step=4), checksum=False),
+                    "checkpoint.json: its checksum does not match"),
     "corrupt json": (lambda d: (d / "checkpoint.json").write_text("{\"format\": "),
                      "checkpoint.json: not valid JSON"),
     "other format": (lambda d: edit_json(d, lambda m: m.update(format="nanogpt")),
                      "not a tinygpt-checkpoint"),
     "newer version": (lambda d: edit_json(d, lambda m: m.update(version=99)),
                       "version 99 is not supported"),
-    "truncated weights": (truncate_model, "model.safetensors: .*truncated or corrupt"),
-    "truncated, no checksum": (
-        lambda d: (truncate_model(d), edit_json(d, lambda m: m["sha256"].clear())),
-        "model.safetensors: not a readable safetensors"),
-    "missing weights": (lambda d: (d / MODEL_FILE).unlink(), "model.safetensors: cannot read"),
+    "truncated weights": (truncate_model, "model.safetensors: .*truncated or was replaced"),
+    "flipped byte": (lambda d: replace_file(d, MODEL_FILE, bytes(
+        b ^ (i == 300) for i, b in enumerate((version_dir(d) / MODEL_FILE).read_bytes())),
+        manifest=False), "model.safetensors: its SHA-256 differs"),
+    "truncated, checksums updated": (lambda d: truncate_model(d, manifest=True),
+                                     "model.safetensors: not a readable safetensors"),
+    "missing weights": (lambda d: (version_dir(d) / MODEL_FILE).unlink(),
+                        "model.safetensors: missing"),
     "config mismatch": (lambda d: edit_json(d, lambda m: m["model_config"].update(n_embd=16)),
                         "model.safetensors: tensor .* has shape .* config needs"),
     "fewer layers": (lambda d: edit_json(d, lambda m: m["model_config"].update(n_layer=2)),
@@ -191,8 +222,9 @@ def test_optimizer_state_of_another_model_is_refused(tmp_path):
 # --- atomic saving -------------------------------------------------------------------------------
 
 WRITER = textwrap.dedent("""
-    import os, sys, time
+    import sys, time
     import torch
+    import tinygpt.ckptio as io
     import tinygpt.checkpoint as ck
     from tinygpt.config import GPTConfig
     from tinygpt.model import GPT
@@ -209,14 +241,12 @@ WRITER = textwrap.dedent("""
                 f.write(data[: len(data) // 2])
                 f.flush()
             wait_to_be_killed()
-        ck._write = write
-    else:  # "mid-swap": the old checkpoint was moved aside, the new one is not yet in place
-        replace, calls = os.replace, []
-        def slow_replace(src, dst):
-            replace(src, dst)
-            calls.append(dst)
-            wait_to_be_killed()
-        ck.os.replace = slow_replace
+        io.write_synced = write
+    elif where == "before-switch":  # the new version is complete, the manifest not yet replaced
+        io.swap_manifest = lambda out, data: wait_to_be_killed()
+    else:  # "after-switch": the manifest names the new version, the old one is not yet removed
+        swap = io.swap_manifest
+        io.swap_manifest = lambda out, data: (swap(out, data), wait_to_be_killed())
     torch.manual_seed(1)
     config = GPTConfig(**{k: int(v) for k, v in (kv.split("=") for kv in sys.argv[3:])})
     ck.save_checkpoint(out, GPT(config), None, config, None, step=2)
@@ -228,14 +258,14 @@ def test_a_writer_killed_mid_save_leaves_the_previous_checkpoint(tmp_path):
     script.write_text(WRITER)
     sizes = [f"{k}={getattr(CONFIG, k)}" for k in ("vocab_size", "block_size", "n_layer",
                                                      "n_head", "n_embd")]
-    points = ["mid-file", "mid-swap"]
+    points = ["mid-file", "before-switch", "after-switch"]
     models, writers = {}, {}
     for where in points:
         models[where] = save(tmp_path / where / "ckpt", step=1)[0]
         writers[where] = subprocess.Popen(
             [sys.executable, str(script), str(tmp_path / where / "ckpt"), where, *sizes],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for where in points:  # both writers run at once; kill each when it reaches its point
+    for where in points:  # the writers run at once; kill each when it reaches its point
         proc = writers[where]
         line = proc.stdout.readline()
         if line.strip() != "READY":
@@ -247,14 +277,18 @@ def test_a_writer_killed_mid_save_leaves_the_previous_checkpoint(tmp_path):
         proc.stderr.close()
     for where in points:
         folder = tmp_path / where / "ckpt"
-        leftovers = [p.name for p in folder.parent.iterdir() if p.name.startswith(".ckpt.")]
-        assert leftovers, "the writer should have left its temporary folder behind"
+        versions = [p.name for p in folder.iterdir() if p.name.startswith("step-")]
+        assert len(versions) == 2, "the writer should have left a second version folder behind"
         ck = load_checkpoint(folder)
-        assert ck.step == 1
-        assert_same_weights(models[where], ck.model)
+        if where == "after-switch":  # the new checkpoint was complete and in place
+            assert ck.step == 2 and ck.optimizer_state is None
+        else:
+            assert ck.step == 1
+            assert_same_weights(models[where], ck.model)
         # the next save completes and clears what the killed one left
         model, *_ = save(folder, step=3, seed=5)
-        assert sorted(p.name for p in folder.parent.iterdir()) == ["ckpt"]
+        names = sorted(p.name for p in folder.iterdir())
+        assert names[:2] == [".tinygpt.lock", "checkpoint.json"] and len(names) == 3
         ck = load_checkpoint(folder)
         assert ck.step == 3
         assert_same_weights(model, ck.model)

@@ -358,11 +358,15 @@ def test_a_folder_as_data_and_an_argparse_error_are_usage_errors(capsys, tmp_pat
 
 
 def test_a_diverging_run_exits_1_and_keeps_its_last_checkpoint(capsys, corpus, tmp_path):
-    code, _, err = run(capsys, "train", "--data", corpus, "--out", tmp_path / "o", *TINY,
-                       "--lr", "1e30", "--grad-clip", "0", "--warmup-iters", "0",
-                       "--save-every", "1")
-    assert_clear_error(code, err, "diverged", "checkpoint of step", expected_code=1)
-    assert load_checkpoint(tmp_path / "o").step >= 1
+    train_tiny(capsys, corpus, tmp_path / "o")  # a good checkpoint of step 6
+    code, _, err = run(capsys, "train", "--data", corpus, "--out", tmp_path / "o", "--resume",
+                       "--max-iters", "12", "--lr", "1e30", "--grad-clip", "0", "--save-every",
+                       "1", "--quiet")
+    assert_clear_error(code, err, "diverged", "not saved", "checkpoint of step 6",
+                       expected_code=1)
+    assert load_checkpoint(tmp_path / "o").step == 6
+    code, stdout, _ = run(capsys, "sample", "--out", tmp_path / "o", "--max-new-tokens", 20)
+    assert code == 0 and len(stdout) > 1
 
 
 @pytest.mark.parametrize("extra, words", [

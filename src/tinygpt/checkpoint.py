@@ -1,20 +1,25 @@
 """Checkpoints: saving a training run to a folder and loading it back, safely.
 
-A checkpoint is a folder holding
+A checkpoint folder holds (``tinygpt.ckptio`` says which entries are tinygpt's and how they are
+written; anything else in the folder is the user's and is never touched)
 
-* ``model.safetensors``: the weights, each distinct tensor once (a tied ``lm_head.weight`` is
-  ``wte``'s weight: it is stored once and re-tied when the model is rebuilt);
-* ``optimizer.safetensors``: AdamW's tensors (``state.<param index>.<name>``);
-* ``checkpoint.json``: the format name and version, the model and training configs, the step,
-  the tokenizer (a ``CharTokenizer``'s characters, or the name of ``tokenizer.json`` written by
-  ``BPETokenizer.save``), the RNG states, the optimizer's non-tensor state and hyper-parameters,
-  the history, and the SHA-256 of every other file.
+* ``checkpoint.json``: the manifest, written last and swapped in by one atomic rename: the format
+  and version, the model and training configs, the step, the tokenizer (a ``CharTokenizer``'s
+  characters, or ``tokenizer.json``), the RNG states, the optimizer's non-tensor state and
+  hyper-parameters, the history, the name of the version folder with the SHA-256 and size of
+  each of its files, and a SHA-256 of the manifest itself;
+* ``step-NNNNNN-xxxxxxxx/``: this save's files: ``model.safetensors`` (the weights, each distinct
+  tensor once: a tied ``lm_head.weight`` is ``wte``'s and is re-tied when the model is rebuilt),
+  ``optimizer.safetensors`` (AdamW's tensors, ``state.<param index>.<name>``) and, for a BPE
+  tokenizer, ``tokenizer.json`` and ``tokenizer.vocab``;
+* ``.tinygpt.lock``: held by the process that trains into the folder.
 
-Saving is atomic: everything is written and ``fsync``-ed in a temporary sibling folder, which
-then takes the old folder's place by renaming; a writer killed at any moment leaves the previous
-checkpoint loadable (``load_checkpoint`` also finds it in the one instant when it has been moved
-aside and the new one not yet moved in), and the next save removes what a killed one left.
-Loading reads safetensors and JSON only -- never pickle, so a checkpoint cannot run code. Every
+Saving is atomic, for a writer killed at any moment and for readers: the new version folder is
+written and ``fsync``-ed, then the manifest is replaced, then the previous version is removed. A
+save needs room for one more checkpoint beside the current one. Non-finite weights are never
+saved. Loading reads the manifest first, checks every file against it (regular files only, sizes
+before reading, safetensors headers against the config before allocating) and reads again if a
+save switched versions meanwhile. It reads safetensors and JSON only -- never pickle. Every
 problem raises ``CheckpointError`` naming the file.
 
 It does not decide when to save (``tinygpt.train``) and does not keep several checkpoints.
@@ -26,30 +31,25 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
+from tinygpt import ckptcheck, ckptio
+from tinygpt.ckptio import MANIFEST, CheckpointError
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 from tinygpt.train import TrainConfig
 
-FORMAT, VERSION = "tinygpt-checkpoint", 1
+FORMAT, VERSION = "tinygpt-checkpoint", 2
 MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
-META_FILE, TOKENIZER_FILE = "checkpoint.json", "tokenizer.json"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder is missing, incomplete, corrupt or does not match its configs."""
+META_FILE, TOKENIZER_FILE = MANIFEST, "tokenizer.json"
+_MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
 
 
 @dataclass
@@ -71,46 +71,26 @@ def unique_tensors(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]
     """The model's state dict with each shared tensor once, and ``{alias: stored name}``."""
     tensors: dict[str, Tensor] = {}
     aliases: dict[str, str] = {}
-    seen: dict[tuple[int, tuple[int, ...]], str] = {}
-    for name, t in model.state_dict().items():
-        key = (t.data_ptr(), tuple(t.shape))
-        if key in seen:
-            aliases[name] = seen[key]
+    seen: dict[int, str] = {}
+    for name, t in model.state_dict(keep_vars=True).items():  # a tied tensor: the same object
+        if id(t) in seen:
+            aliases[name] = seen[id(t)]
         else:
-            seen[key] = name
+            seen[id(t)] = name
             tensors[name] = t.detach().cpu().contiguous()
     return tensors, aliases
 
 
-def _write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+def checkpoint_bytes(model: nn.Module, optimizer: bool = True) -> int:
+    """About how many bytes a checkpoint of ``model`` takes: the weights, and AdamW's two
+    moments per weight (``optimizer``), plus headers, JSON and tokenizer (1 MiB)."""
+    tensors, _ = unique_tensors(model)
+    weights = sum(t.numel() * t.element_size() for t in tensors.values())
+    return weights * (3 if optimizer else 1) + 2**20
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # folders cannot be opened on some systems (Windows)
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _siblings(out_dir: Path, kind: str) -> list[Path]:
-    """Leftovers of an interrupted save: ``.<name>.tmp-*`` or ``.<name>.old-*`` folders."""
-    return sorted(out_dir.parent.glob(f".{out_dir.name}.{kind}-*"))
-
-
-def _moved_aside(out_dir: Path) -> Path | None:
-    """The previous checkpoint, if a save was killed after moving it aside (else None)."""
-    found = [p / "ckpt" for p in _siblings(out_dir, "old") if (p / "ckpt" / META_FILE).exists()]
-    return found[-1] if found else None
+def _canonical(meta: dict[str, Any]) -> bytes:
+    return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def _tokenizer_json(tokenizer: object, folder: Path) -> dict[str, Any] | None:
@@ -120,9 +100,6 @@ def _tokenizer_json(tokenizer: object, folder: Path) -> dict[str, Any] | None:
         return {"type": "char", "chars": tokenizer.chars}
     if isinstance(tokenizer, BPETokenizer):
         tokenizer.save(folder / TOKENIZER_FILE)
-        for name in (TOKENIZER_FILE, Path(TOKENIZER_FILE).with_suffix(".vocab").name):
-            with open(folder / name, "rb") as f:
-                os.fsync(f.fileno())
         return {"type": "bpe", "file": TOKENIZER_FILE}
     raise TypeError(f"tokenizer must be a CharTokenizer, a BPETokenizer or None, got "
                     f"{type(tokenizer).__name__}")
@@ -146,88 +123,90 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                     tokenizer: CharTokenizer | BPETokenizer | None = None,
                     rng_states: dict[str, Any] | None = None,
                     history: list[dict[str, Any]] | None = None) -> Path:
-    """Write a checkpoint folder at ``out_dir`` atomically, replacing any previous one.
+    """Write a checkpoint into the folder ``out_dir`` atomically, replacing tinygpt's previous one
+    there (and nothing else); returns the path. Weights or optimizer state holding an inf or a
+    NaN are refused (``CheckpointError``), keeping the previous checkpoint.
 
     ``rng_states``: name -> a torch generator state (``torch.get_rng_state()``,
-    ``generator.get_state()``) or, under ``"python"``, ``random.getstate()``. Returns the path.
+    ``generator.get_state()``) or, under ``"python"``, ``random.getstate()``.
     """
-    out_dir = Path(out_dir)
+    out = Path(out_dir)
     if not isinstance(model_config, GPTConfig):
         raise TypeError(f"model_config must be a GPTConfig, got {type(model_config).__name__}")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    previous = _moved_aside(out_dir)
-    if not out_dir.exists() and previous is not None:  # a save was killed mid-swap: restore
-        os.replace(previous, out_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tensors, aliases = unique_tensors(model)
+    opt_tensors: dict[str, Tensor] = {}
+    opt_json = None
+    if optimizer is not None:
+        state = optimizer.state_dict()
+        scalars = {}
+        for idx, entries in state["state"].items():
+            for key, value in entries.items():
+                if isinstance(value, Tensor):
+                    opt_tensors[f"state.{idx}.{key}"] = value.detach().cpu().contiguous()
+                else:
+                    scalars[f"{idx}.{key}"] = value
+        opt_json = {"param_groups": state["param_groups"], "scalars": scalars}
+    bad = ckptcheck.non_finite(tensors) or ckptcheck.non_finite(opt_tensors)
+    if bad is not None:
+        raise CheckpointError(f"{out}: not saved: {bad} holds an inf or a NaN (the run "
+                              "diverged); the checkpoint already there is kept")
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"{out}: is a file, not a checkpoint folder; it is left alone")
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / MANIFEST).exists() and not ckptio._is_tinygpt(out / MANIFEST):
+        raise CheckpointError(f"{out / MANIFEST} was not written by tinygpt, which never "
+                              "replaces it: move it away or choose another folder")
+    with ckptio.locked(out):
+        version = ckptio.new_version(out, int(step))
+        try:
+            blobs = {MODEL_FILE: st_save(tensors, metadata={"format": FORMAT})}
+            if optimizer is not None:
+                blobs[OPTIMIZER_FILE] = st_save(opt_tensors, metadata={"format": FORMAT})
+            for name, data in blobs.items():
+                ckptio.write_synced(version / name, data)
+            tok_json = _tokenizer_json(tokenizer, version)
+            for name in ckptio.VERSION_FILES:
+                if name not in blobs and (version / name).exists():  # the tokenizer's files
+                    blobs[name] = (version / name).read_bytes()
+                    with open(version / name, "rb") as f:
+                        os.fsync(f.fileno())
+            ckptio.fsync_dir(version)
+            meta = {
+                "format": FORMAT, "version": VERSION, "step": int(step),
+                "model_config": dataclasses.asdict(model_config),
+                "train_config": None if train_config is None else dataclasses.asdict(train_config),
+                "tokenizer": tok_json, "tied": aliases, "rng_states": _rng_json(rng_states),
+                "optimizer": opt_json, "history": list(history or []), "folder": version.name,
+                "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+                          for name, data in blobs.items()},
+            }
+            meta["checksum"] = hashlib.sha256(_canonical(meta)).hexdigest()
+            ckptio.swap_manifest(out, json.dumps(meta, indent=1).encode("utf-8"))
+        except BaseException as err:  # an error leaves the previous checkpoint, no new files
+            current = _current(out)
+            if current.get("folder") != version.name:
+                ckptio.remove_version(version)
+            if isinstance(err, OSError):  # a full disk, a folder made read-only meanwhile...
+                kept = (f"the checkpoint of step {current['step']} there is kept" if "step" in
+                        current else "no checkpoint is there")
+                raise CheckpointError(f"{out}: could not save step {step} ({err.strerror or err}"
+                                      f"{': ' + str(err.filename) if err.filename else ''}); "
+                                      f"{kept}") from None
+            raise
+        ckptio.remove_stale(out, keep=version.name)  # the previous version, killed saves' files
+    return out
+
+
+def _current(out: Path) -> dict[str, Any]:
+    """The manifest now in ``out`` (unchecked), or ``{}``."""
     try:
-        tensors, aliases = unique_tensors(model)
-        files = {MODEL_FILE: st_save(tensors, metadata={"format": FORMAT})}
-        opt_json = None
-        if optimizer is not None:
-            state = optimizer.state_dict()
-            opt_tensors, scalars = {}, {}
-            for idx, entries in state["state"].items():
-                for key, value in entries.items():
-                    if isinstance(value, Tensor):
-                        opt_tensors[f"state.{idx}.{key}"] = value.detach().cpu().contiguous()
-                    else:
-                        scalars[f"{idx}.{key}"] = value
-            files[OPTIMIZER_FILE] = st_save(opt_tensors, metadata={"format": FORMAT})
-            opt_json = {"param_groups": state["param_groups"], "scalars": scalars}
-        for name, data in files.items():
-            _write(tmp / name, data)
-        meta = {
-            "format": FORMAT, "version": VERSION, "step": int(step),
-            "model_config": dataclasses.asdict(model_config),
-            "train_config": None if train_config is None else dataclasses.asdict(train_config),
-            "tokenizer": _tokenizer_json(tokenizer, tmp), "tied": aliases,
-            "rng_states": _rng_json(rng_states), "optimizer": opt_json,
-            "history": list(history or []),
-            "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
-        }
-        _write(tmp / META_FILE, json.dumps(meta, indent=1).encode("utf-8"))
-        _fsync_dir(tmp)
-    except BaseException:  # an error leaves nothing; a killed writer's folder goes next save
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out_dir.exists():  # move the previous checkpoint aside, then the new one in
-        aside = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-        os.replace(out_dir, aside / "ckpt")
-    os.replace(tmp, out_dir)
-    _fsync_dir(out_dir.parent)
-    for leftover in _siblings(out_dir, "old") + _siblings(out_dir, "tmp"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    return out_dir
+        meta = json.loads(ckptio.read_regular(out / MANIFEST, max_size=_MAX_JSON))
+    except (CheckpointError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 # --- loading -------------------------------------------------------------------------------------
-
-def _read_tensors(path: Path, expected_sha: str | None) -> dict[str, Tensor]:
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot read it ({err.strerror or err})") from None
-    if expected_sha is not None and hashlib.sha256(data).hexdigest() != expected_sha:
-        raise CheckpointError(f"{path}: its SHA-256 differs from the one in {META_FILE}: the "
-                              f"file is truncated or corrupt ({len(data)} bytes)")
-    try:
-        return st_load(data)
-    except (SafetensorError, ValueError, RuntimeError, TypeError) as err:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from None
-
-
-def _rng_states(raw: dict[str, Any], where: Path) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in raw.items():
-        if "bytes" in value:
-            out[name] = torch.frombuffer(bytearray.fromhex(value["bytes"]), dtype=torch.uint8)
-        elif "python" in value:
-            version, ints, gauss = value["python"]
-            out[name] = (version, tuple(ints), gauss)
-        else:
-            raise CheckpointError(f"{where}: rng state {name!r} has no 'bytes' or 'python' entry")
-    return out
-
 
 def _tokenizer(raw: dict[str, Any] | None, folder: Path) -> CharTokenizer | BPETokenizer | None:
     if raw is None:
@@ -239,21 +218,11 @@ def _tokenizer(raw: dict[str, Any] | None, folder: Path) -> CharTokenizer | BPET
     raise CheckpointError(f"{folder / META_FILE}: unknown tokenizer type {raw.get('type')!r}")
 
 
-def _build_model(config: GPTConfig, tensors: dict[str, Tensor], aliases: dict[str, str],
-                 where: Path) -> GPT:
+def _build_model(config: GPTConfig, tensors: dict[str, Tensor]) -> GPT:
     model = GPT(config)
-    expected, expected_aliases = unique_tensors(model)
-    missing = sorted(set(expected) - set(tensors))
-    extra = sorted(set(tensors) - set(expected))
-    if missing or extra or expected_aliases != aliases:
-        raise CheckpointError(f"{where}: its tensors do not match the model config {config}: "
-                              f"missing {missing[:5]}, unexpected {extra[:5]}")
     params = model.state_dict()
     with torch.no_grad():
         for name, t in tensors.items():
-            if t.shape != params[name].shape:
-                raise CheckpointError(f"{where}: tensor {name} has shape {tuple(t.shape)}, but "
-                                      f"the model config needs {tuple(params[name].shape)}")
             params[name].copy_(t)
     return model.eval()
 
@@ -293,48 +262,105 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any] | 
     optimizer.load_state_dict(state)
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint folder written by ``save_checkpoint`` (safetensors and JSON only).
-
-    Raises ``CheckpointError`` naming the file and the problem: a missing folder or file,
-    corrupt JSON, a wrong format or version, a truncated or altered tensor file, tensors that do
-    not fit the config.
-    """
-    folder = Path(path)
-    if not folder.is_dir():
-        previous = _moved_aside(folder)
-        if previous is None:
-            raise CheckpointError(f"{folder}: no such checkpoint folder")
-        folder = previous  # a save was killed after moving the previous checkpoint aside
-    meta_path = folder / META_FILE
+def _read_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
+    path = folder / META_FILE
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{meta_path}: missing; is {folder} a checkpoint?") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{meta_path}: not valid JSON ({err})") from None
+        raw = ckptio.read_regular(path, max_size=_MAX_JSON)
+    except CheckpointError as err:
+        if str(err).endswith(": missing"):
+            raise CheckpointError(f"{path}: missing; is {folder} a checkpoint?") from None
+        raise
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{meta_path}: not a {FORMAT} file")
+        raise CheckpointError(f"{path}: not a {FORMAT} file")
     if meta.get("version") != VERSION:
-        raise CheckpointError(f"{meta_path}: format version {meta.get('version')!r} is not "
-                              f"supported (this tinygpt reads version {VERSION})")
+        raise CheckpointError(f"{path}: format version {meta.get('version')!r} is not supported "
+                              f"(this tinygpt reads version {VERSION}); train it again")
+    checksum = meta.pop("checksum", None)
+    if checksum != hashlib.sha256(_canonical(meta)).hexdigest():
+        raise CheckpointError(f"{path}: its checksum does not match its content: the file was "
+                              "edited or damaged")
+    return raw, meta
+
+
+def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
+    meta_path = folder / META_FILE
     try:
         model_config = GPTConfig(**meta["model_config"])
         train_raw = meta["train_config"]
         train_config = None if train_raw is None else TrainConfig(**train_raw)
-        sha = meta["sha256"]
-        tensors = _read_tensors(folder / MODEL_FILE, sha.get(MODEL_FILE))
-        model = _build_model(model_config, tensors, meta["tied"], folder / MODEL_FILE)
+        files = meta["files"]
+        version = folder / meta["folder"]
+        if not ckptio.is_own(meta["folder"]) or "/" in meta["folder"]:
+            raise CheckpointError(f"{meta_path}: names {meta['folder']!r}, not a version folder")
+        layout = ckptcheck.layout(model_config)  # before anything is read: sizes follow from it
+        weights = sum(ckptcheck.SIZES.get(dtype, 8) * ckptcheck.numel(shape)
+                      for dtype, shape in layout[0].values())
+        limits = {MODEL_FILE: weights + 2**20, OPTIMIZER_FILE: 3 * weights + 2**20}
+        blobs = {}
+        for name, entry in files.items():
+            if name not in ckptio.VERSION_FILES:
+                raise CheckpointError(f"{meta_path}: names an unknown file {name!r}")
+            path, size = version / name, int(entry["size"])
+            if size > limits.get(name, _MAX_JSON):
+                raise CheckpointError(f"{path}: {size} bytes, more than a checkpoint of this "
+                                      f"model config can hold ({limits.get(name, _MAX_JSON)})")
+            blobs[name] = ckptio.read_regular(path, size=size)
+            if hashlib.sha256(blobs[name]).hexdigest() != entry["sha256"]:
+                raise CheckpointError(f"{path}: its SHA-256 differs from the one in {META_FILE}: "
+                                      f"the file is truncated or corrupt ({size} bytes)")
+        if MODEL_FILE not in blobs:
+            raise CheckpointError(f"{meta_path}: names no {MODEL_FILE}")
+        ckptcheck.check_model_file(blobs[MODEL_FILE], version / MODEL_FILE, model_config,
+                                   meta["tied"], layout)
         opt_tensors = {}
         if meta["optimizer"] is not None:
-            opt_tensors = _read_tensors(folder / OPTIMIZER_FILE, sha.get(OPTIMIZER_FILE))
+            if OPTIMIZER_FILE not in blobs:
+                raise CheckpointError(f"{meta_path}: names no {OPTIMIZER_FILE}")
+            ckptcheck.check_optimizer_file(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE,
+                                           layout[0])
+            opt_tensors = ckptcheck.tensors(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE)
+        model = _build_model(model_config,
+                             ckptcheck.tensors(blobs[MODEL_FILE], version / MODEL_FILE))
+        tokenizer = _tokenizer(meta["tokenizer"], version)
+        if not isinstance(meta["history"], list):
+            raise TypeError("history is not a list")
         return Checkpoint(
             path=folder, model=model, model_config=model_config, train_config=train_config,
-            step=int(meta["step"]), tokenizer=_tokenizer(meta["tokenizer"], folder),
+            step=int(meta["step"]), tokenizer=tokenizer,
             optimizer_state=_optimizer_state(meta["optimizer"], opt_tensors, meta_path),
-            rng_states=_rng_states(meta["rng_states"], meta_path), history=meta["history"])
+            rng_states=ckptcheck.rng_states(meta["rng_states"], meta_path), history=meta["history"])
     except CheckpointError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
         raise CheckpointError(f"{meta_path}: invalid content ({type(err).__name__}: {err})") \
             from None
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Read a checkpoint folder written by ``save_checkpoint`` (safetensors and JSON only).
+
+    Raises ``CheckpointError`` naming the file and the problem: a missing folder or file,
+    corrupt or edited JSON, a wrong format or version, a truncated or altered file, a file that is
+    not a regular file, tensors that do not fit the config, weights holding infs or NaNs. A save
+    that replaces the checkpoint while it is read makes it read the new one.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        what = "not a folder" if folder.exists() else "no such checkpoint folder"
+        raise CheckpointError(f"{folder}: {what}")
+    for attempt in range(20):
+        raw, meta = _read_manifest(folder)
+        try:
+            return _load(folder, meta)
+        except CheckpointError:
+            try:
+                again = ckptio.read_regular(folder / META_FILE, max_size=_MAX_JSON)
+            except CheckpointError:
+                again = raw
+            if again == raw or attempt == 19:  # not a save that switched versions: a real error
+                raise
+    raise AssertionError("unreachable")

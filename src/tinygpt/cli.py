@@ -167,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
          metavar="DIR")
     _add(io, "--resume", "continue the checkpoint in --out with its model and tokenizer (same "
          "--data; --max-iters may be raised)", action="store_true")
-    _add(io, "--overwrite", "replace a checkpoint in --out instead of refusing",
+    _add(io, "--overwrite", "replace the checkpoint in --out, or write one beside the files of a "
+         "non-empty folder, instead of refusing (files tinygpt did not write are never touched)",
          action="store_true")
     _add(io, "--quiet", "no progress bar or evaluation lines, only the summary line",
          action="store_true")
@@ -257,13 +258,29 @@ def _configs(args: argparse.Namespace, out: Path) -> tuple[GPTConfig, TrainConfi
 
 
 def run_train(args: argparse.Namespace, argv: list[str]) -> int:
-    """``tinygpt train``: data, tokenizer and configs; call ``train``; print a summary line."""
+    """``tinygpt train``: data, tokenizer and configs; call ``train``; print a summary line.
+
+    ``--out`` is checked first (``tinygpt.ckptio.check_out_dir``: never a file, the data, the
+    current folder, or a folder of other files without ``--overwrite``) and locked for the run.
+    """
+    from contextlib import nullcontext
+
+    from tinygpt import ckptio
+
+    out = ckptio.check_out_dir(args.out, data=args.data, resume=args.resume,
+                               overwrite=args.overwrite)
+    with ckptio.claim(out) if is_main_process() else nullcontext():  # rank 0 writes, under torchrun
+        return _train_command(args, argv)
+
+
+def _train_command(args: argparse.Namespace, argv: list[str]) -> int:
+    """``run_train`` once ``--out`` is checked and locked."""
     import torch
 
     from tinygpt.checkpoint import load_checkpoint
     from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 
-    out, fraction = Path(args.out), args.val_fraction
+    out, fraction = Path(args.out).expanduser(), args.val_fraction
     if not 0 < fraction < 1:
         raise ValueError(f"--val-fraction must be in (0, 1), got {fraction}")
     if args.vocab_size is not None and args.tokenizer != "bpe" and not args.resume:

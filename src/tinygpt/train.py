@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -339,6 +339,10 @@ def train(
     model, optimizer, RNG states and history -- up to ``train_config.max_iters``, giving the same
     numbers as an uninterrupted run. A NaN or infinite loss or gradient raises
     ``TrainingDivergedError`` before any weight is changed; the last saved checkpoint is kept.
+    Weights that hold an inf or a NaN, or give the step's last batch a non-finite loss, are never
+    saved: the save raises ``TrainingDivergedError`` instead, keeping the last good checkpoint.
+    Before the first step, ``out_dir`` is checked writable, with room for two checkpoints, and
+    locked against a second trainer (``tinygpt.ckptio``) until the run ends.
 
     On the CPU, ``keep_freed_memory()`` is called first (a process-wide ``malloc`` setting).
     ``train_config.dtype="bfloat16"`` runs the forward pass under bf16 autocast. Started by
@@ -437,6 +441,14 @@ def _run(ctx: DistContext, model_config: GPTConfig, cfg: TrainConfig, train_data
     def save() -> None:
         rng = {"python": random.getstate(), "batch": batch_gen.get_state(),
                **gather_rng_states(ctx)}  # a collective: every rank calls save()
+        bad = _unsaveable(model, optimizer, x, y, amp) if ctx.is_main else None
+        if broadcast_flag(bad is not None, ctx):  # never save a diverged model: keep the last
+            kept = (f"the checkpoint of step {last_saved} in {out_dir} is kept"
+                    if last_saved is not None else "no checkpoint was saved")
+            raise TrainingDivergedError(
+                f"the weights after step {step} {bad or 'are not finite on rank 0'}: training "
+                f"diverged; they were not saved and {kept}. Try a lower learning_rate, more "
+                "warmup_iters or grad_clip > 0")
         if ctx.is_main:
             save_checkpoint(out_dir, model, optimizer, model_config, cfg, step, tokenizer, rng,
                             history)
@@ -456,6 +468,9 @@ def _run(ctx: DistContext, model_config: GPTConfig, cfg: TrainConfig, train_data
         history.append({"step": 0, **evaluate()})
         log(history[0])
     last_saved = step if resume else None
+    guard = ExitStack()  # rank 0 holds the folder's lock for the whole run
+    if out_dir is not None and ctx.is_main:
+        guard.enter_context(_claimed(Path(out_dir), model))
     bar = tqdm(total=cfg.max_iters, initial=step, disable=not show, unit="step")
     try:
         while step < cfg.max_iters:
@@ -507,8 +522,42 @@ def _run(ctx: DistContext, model_config: GPTConfig, cfg: TrainConfig, train_data
                 break
     finally:
         bar.close()
+        guard.close()
     model.eval()
     return history
+
+
+@contextmanager
+def _claimed(out: Path, model: GPT) -> Iterator[None]:
+    """Before the first step: ``out`` writable, locked against a second trainer, with room on
+    its disk for this model's checkpoints; held until the run ends."""
+    from tinygpt import ckptio
+    from tinygpt.checkpoint import checkpoint_bytes
+
+    ckptio.check_writable(out)
+    with ckptio.locked(out):
+        ckptio.check_room(out, checkpoint_bytes(model),
+                          have_checkpoint=(out / ckptio.MANIFEST).exists())
+        yield
+
+
+def _unsaveable(model: GPT, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor,
+                amp: str) -> str | None:
+    """Why the model must not be saved (its weights or AdamW's state hold an inf or a NaN, or
+    the last batch's loss under these weights is not finite), else None. RNGs are not used."""
+    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        return "hold an inf or a NaN"
+    for state in optimizer.state.values():
+        if not all(bool(torch.isfinite(t).all()) for t in state.values()
+                   if isinstance(t, Tensor) and t.is_floating_point()):
+            return "have AdamW moments holding an inf or a NaN"
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()  # no dropout: no random numbers drawn
+    with torch.no_grad(), autocast(device, amp):
+        _, loss = model(x.to(device), y.to(device))
+    model.train(was_training)
+    return None if torch.isfinite(loss) else f"give the last batch a loss of {loss.item()}"
 
 
 def _diverged(what: str, step: int, lr: float, out_dir: object, last_saved: int | None) -> None:

@@ -1,0 +1,304 @@
+"""File safety for checkpoint folders: what is tinygpt's, the lock, the manifest swap, safe reads.
+
+A checkpoint folder (``--out``) belongs to tinygpt, but it may hold a user's files too (notes,
+samples, logs): tinygpt only ever writes, replaces or removes its *own* entries, recognised by
+name --
+
+* ``checkpoint.json``: the manifest, which names the current version folder and the SHA-256 and
+  size of each of its files (and checksums itself); it is replaced by one ``os.replace``, last;
+* ``step-NNNNNN-xxxxxxxx/``: one version folder per save, holding only ``model.safetensors``,
+  ``optimizer.safetensors``, ``tokenizer.json`` and ``tokenizer.vocab``; a version folder is never
+  changed once the manifest names it, and is removed only after the manifest names a newer one;
+* ``.tinygpt.lock``: locked (``fcntl.flock``) by the one process that trains into the folder;
+* ``.checkpoint.json.tmp-xxxxxxxx`` and ``.tinygpt-probe-xxxxxxxx``: a manifest being written and
+  a writability probe.
+
+So a reader that reads the manifest first and then the files it names never sees a mix of two
+saves; if the writer removed those files meanwhile, the manifest has changed and the reader reads
+again. A save needs room for one more checkpoint beside the current one (``check_room``). Nothing
+here globs: names are compared exactly, so ``run[1]`` or ``exp*`` are plain folder names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+MANIFEST, LOCK_FILE = "checkpoint.json", ".tinygpt.lock"
+VERSION_FILES = ("model.safetensors", "optimizer.safetensors", "tokenizer.json", "tokenizer.vocab")
+_OWN = re.compile(r"step-\d{6,}-[0-9a-f]{8}|\.checkpoint\.json\.tmp-[0-9a-f]{8}|"
+                  r"\.tinygpt-probe-[0-9a-f]{8}")
+_VERSION = re.compile(r"step-\d{6,}-[0-9a-f]{8}")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder is missing, incomplete, corrupt, in use or not tinygpt's to write."""
+
+
+def is_own(name: str) -> bool:
+    """Whether an entry of a checkpoint folder is one that tinygpt writes (by exact name)."""
+    return name in (MANIFEST, LOCK_FILE) or _OWN.fullmatch(name) is not None
+
+
+def user_entries(folder: Path) -> list[str]:
+    """The entries of ``folder`` that tinygpt did not write (sorted names)."""
+    return sorted(p.name for p in folder.iterdir() if not is_own(p.name))
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    """Create ``path`` (it must not exist) holding ``data``, flushed to the disk."""
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a folder's entries (a rename in it) to the disk, where the system allows it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # folders cannot be opened on some systems (Windows)
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def new_version(out: Path, step: int) -> Path:
+    """Create and return a fresh, empty version folder ``out/step-NNNNNN-xxxxxxxx``."""
+    while True:
+        folder = out / f"step-{step:06d}-{secrets.token_hex(4)}"
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+
+
+def remove_version(folder: Path) -> None:
+    """Remove a version folder: only the files tinygpt writes in it, then the folder if empty."""
+    for name in VERSION_FILES:
+        with contextlib.suppress(OSError):
+            (folder / name).unlink()
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # fails, and keeps the folder, if anything else is inside
+
+
+def remove_stale(out: Path, keep: str) -> None:
+    """Remove tinygpt's leftovers in ``out``: version folders other than ``keep`` (the current
+    one), and temporary manifests and probes of killed processes. Never anything else."""
+    for entry in out.iterdir():
+        if entry.name == keep or not _OWN.fullmatch(entry.name):
+            continue
+        if _VERSION.fullmatch(entry.name):
+            if entry.is_dir() and not entry.is_symlink():
+                remove_version(entry)
+        elif entry.is_file() and not entry.is_symlink():
+            with contextlib.suppress(OSError):
+                entry.unlink()
+
+
+def swap_manifest(out: Path, data: bytes) -> None:
+    """Write ``data`` as ``out/checkpoint.json`` with one atomic rename (the switch of a save)."""
+    tmp = out / f".{MANIFEST}.tmp-{secrets.token_hex(4)}"
+    try:
+        write_synced(tmp, data)
+        os.replace(tmp, out / MANIFEST)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(out)
+
+
+def read_regular(path: Path, *, max_size: int | None = None, size: int | None = None) -> bytes:
+    """The bytes of a regular file, refusing anything else (FIFO, device, folder) before reading
+    and checking its length (``size`` exactly, or at most ``max_size``) before allocating."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO does not block
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing") from None
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read it ({err.strerror or err})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise CheckpointError(f"{path}: not a regular file (a folder, device, FIFO or socket); "
+                              "a checkpoint holds regular files only")
+    with os.fdopen(fd, "rb") as f:
+        if size is not None and info.st_size != size:
+            raise CheckpointError(f"{path}: {info.st_size} bytes, but the manifest says {size}: "
+                                  "the file is truncated or was replaced")
+        if max_size is not None and info.st_size > max_size:
+            raise CheckpointError(f"{path}: {info.st_size} bytes, more than the {max_size} a "
+                                  "checkpoint of its config can hold")
+        data = f.read(info.st_size + 1)
+    if len(data) != info.st_size:
+        raise CheckpointError(f"{path}: changed size while it was read")
+    return data
+
+
+# --- the lock ------------------------------------------------------------------------------------
+
+_held: dict[str, list[object]] = {}  # resolved folder -> [fd, depth, thread id]
+_held_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Hold ``out/.tinygpt.lock`` (``flock``): one trainer per folder. Re-entrant in a thread;
+    a second process (or thread) gets ``CheckpointError`` naming the holder's pid."""
+    key = str(out.resolve())
+    with _held_guard:
+        held = _held.get(key)
+        if held is not None and held[2] != threading.get_ident():
+            raise CheckpointError(f"{out} is in use by another thread of this process (pid "
+                                  f"{os.getpid()}): one trainer per checkpoint folder")
+        if held is not None:
+            held[1] = int(held[1]) + 1  # type: ignore[call-overload]
+    if held is not None:
+        try:
+            yield
+        finally:
+            held[1] = int(held[1]) - 1  # type: ignore[call-overload]
+        return
+    path = out / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise CheckpointError(f"{out}: cannot write there ({err.strerror or err}); nothing "
+                              "was trained") from None
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; the folder is not locked
+        fcntl = None  # type: ignore[assignment]
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.lseek(fd, 0, os.SEEK_SET)
+                other = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+                raise CheckpointError(
+                    f"{out} is in use by another tinygpt process (pid {other}), which holds "
+                    f"{path}: wait for it to end, or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode())  # for the message of a second trainer
+        with _held_guard:
+            _held[key] = [fd, 1, threading.get_ident()]
+        try:
+            yield
+        finally:
+            with _held_guard:
+                del _held[key]
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+# --- checks before training ----------------------------------------------------------------------
+
+def check_out_dir(spec: str | os.PathLike[str], *, data: str | None = None, resume: bool = False,
+                  overwrite: bool = False) -> Path:
+    """Refuse an ``--out`` that tinygpt must not write to, before anything is read or trained:
+    empty, ``.``/``..``, the current folder, a file, the data file or a folder holding it, a
+    folder with a ``checkpoint.json`` that is not tinygpt's, or (without ``resume`` or
+    ``overwrite``) a non-empty folder with no checkpoint. Returns the path."""
+    raw = os.fspath(spec)
+    if not raw.strip():
+        raise CheckpointError("--out is empty: name the folder for the checkpoint (e.g. out/run)")
+    out = Path(raw).expanduser()
+    if out.name in ("", ".", "..") or out.resolve() == Path.cwd().resolve():
+        raise CheckpointError(f"--out {raw!r} is the current folder or names a folder by '.' or "
+                              "'..': give the checkpoint folder its own name (e.g. out/run)")
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"--out {raw}: is a file, not a folder; tinygpt never replaces it: "
+                              "choose another --out")
+    if resume and not out.is_dir():
+        raise CheckpointError(f"{out}: no such checkpoint folder to --resume")
+    if data is not None and Path(data).expanduser().exists():
+        found = Path(data).expanduser().resolve()
+        if found == out.resolve() or out.resolve() in found.parents:
+            raise CheckpointError(f"--out {raw} is or holds the training data {data}: choose a "
+                                  "folder of its own for the checkpoint")
+    if out.is_dir():
+        manifest = out / MANIFEST
+        if manifest.is_symlink() or (manifest.exists() and not _is_tinygpt(manifest)):
+            raise CheckpointError(f"{manifest} was not written by tinygpt, which never replaces "
+                                  "it: move it away or choose another --out")
+        others = user_entries(out)
+        if not resume and not manifest.exists() and others and not overwrite:
+            shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise CheckpointError(
+                f"--out {raw} is not empty ({shown}) and holds no tinygpt checkpoint: choose a "
+                "new or empty folder, or pass --overwrite to write the checkpoint beside those "
+                "files (tinygpt only writes checkpoint.json, .tinygpt.lock and step-* folders)")
+    return out
+
+
+def _is_tinygpt(manifest: Path) -> bool:
+    try:
+        head = read_regular(manifest, max_size=1 << 30)[:200]
+    except CheckpointError:
+        return False
+    return b'"format": "tinygpt-checkpoint"' in head or b'"format":"tinygpt-checkpoint"' in head
+
+
+def check_writable(out: Path) -> None:
+    """Create ``out`` (with parents) and a probe file in it; a clear error naming it if not."""
+    probe = out / f".tinygpt-probe-{secrets.token_hex(4)}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_synced(probe, b"tinygpt")
+    except OSError as err:
+        raise CheckpointError(f"{out}: cannot write a checkpoint there ({err.strerror or err}); "
+                              "nothing was trained and nothing in it was changed") from None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+def check_room(out: Path, need: int, *, have_checkpoint: bool) -> None:
+    """Refuse to start when the disk of ``out`` lacks room for the saves: a save writes a
+    checkpoint of about ``need`` bytes beside the current one, which is removed only after."""
+    free = shutil.disk_usage(out).free
+    want = need if have_checkpoint else 2 * need  # the first save, then each new one beside it
+    if free < want:
+        raise CheckpointError(
+            f"{out}: {free / 2**20:.1f} MiB free on its disk, but saving this model needs about "
+            f"{want / 2**20:.1f} MiB (a checkpoint is about {need / 2**20:.1f} MiB, and a save "
+            "writes the new one before removing the previous); nothing was trained and nothing "
+            "in it was changed: free some space or choose another --out")
+
+
+@contextlib.contextmanager
+def claim(out: Path) -> Iterator[None]:
+    """Create ``out`` if needed and hold its lock while the body runs; a folder created here that
+    ends without a checkpoint is removed again (with tinygpt's files in it, and nothing else)."""
+    created = not out.exists()
+    try:
+        check_writable(out)
+        with locked(out):
+            yield
+    finally:
+        if created and not (out / MANIFEST).exists() and out.resolve() not in _held_paths():
+            remove_stale(out, keep="")
+            with contextlib.suppress(OSError):
+                (out / LOCK_FILE).unlink()
+            with contextlib.suppress(OSError):
+                out.rmdir()
+
+
+def _held_paths() -> set[Path]:
+    with _held_guard:
+        return {Path(k) for k in _held}
