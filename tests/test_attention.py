@@ -121,14 +121,17 @@ def test_future_tokens_never_change_the_past(t, seed, fused):
         assert not torch.allclose(a[:, t + 1:], b[:, t + 1:])
 
 
-def test_weights_are_distributions_and_masked_entries_exactly_zero():
+def test_weights_are_distributions_and_masked_entries_zero():
     layer = make_layer(16, 4, seed=1)
     future = ~torch.ones(11, 11, dtype=torch.bool).tril()
     for scale in (1.0, 30.0):  # moderate scores, then scores large enough to saturate
         with torch.no_grad():
             _, w = layer(torch.randn(3, 11, 16) * scale, return_weights=True)
         torch.testing.assert_close(w.sum(-1), torch.ones(3, 4, 11))
-        assert (w[..., future] == 0).all()
+        # A masked score is -inf, and exp(-inf) is 0 in exact arithmetic; a vectorised exp may
+        # clamp its input and return the smallest normal float (1.2e-38) instead. Either is no
+        # leak from the future; a nan (an all-masked row) or a real weight fails.
+        assert w[..., future].abs().max() < 1e-30
         if scale == 1.0:
             assert (w[..., ~future] > 0).all()
 

@@ -138,7 +138,12 @@ def test_norms_reject_wrong_input_width():
 
 # --- activations ------------------------------------------------------------------------------
 
-floats = st.floats(-1e6, 1e6, allow_nan=False, width=32)
+# |x| <= 20 covers the curved part and both saturated tails (Phi(-20) < 1e-88, so gelu(x) is x or
+# 0 to the last float32 bit beyond it). Further out the comparison with torch would only test how
+# each kernel rounds erf/tanh next to +-1 -- one ulp there is 6e-8 * |x| in the output, 0.03 at
+# 1e6, and vectorised kernels (AVX2, AVX-512, NEON) legitimately differ in that ulp. The far
+# tails are checked against their limits instead, in test_activation_extremes.
+floats = st.floats(-20.0, 20.0, allow_nan=False, width=32)
 
 
 @settings(max_examples=30, deadline=None)
@@ -160,9 +165,24 @@ def test_activation_gradients_match_torch():
 
 
 def test_activation_extremes():
-    x = torch.tensor([float("-inf"), float("inf"), float("nan")])
-    for fn, ref in [(relu, F.relu), (gelu, F.gelu)]:
-        torch.testing.assert_close(fn(x), ref(x), equal_nan=True)
+    """Our activations far out and at +-inf/nan: only properties that hold on every CPU.
+
+    torch's F.gelu is no reference here: its value at inf depends on the vectorised kernel the CPU
+    selects (nan on some, inf on others), so nothing below compares with it.
+    """
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([-inf, inf, nan])
+    y = relu(x)  # comparisons and a select, no arithmetic: exact on any machine
+    assert y[:2].tolist() == [0.0, inf] and y[2].isnan()
+    for fn in (gelu, gelu_tanh):
+        assert fn(x)[2].isnan()  # nan propagates, never becomes a plausible number
+    # Large finite inputs (a diverging network's activations): the tails are relu's, to one part
+    # in a million of |x| -- a margin that an erf/tanh off by a few ulp next to +-1 still meets.
+    big = torch.tensor([-1e30, -1e6, -1e3, -20.0, 20.0, 1e3, 1e6, 1e30])
+    for fn in (relu, gelu, gelu_tanh):
+        out = fn(big)
+        assert torch.isfinite(out).all(), fn.__name__
+        assert ((out - relu(big)).abs() <= 1e-6 * big.abs()).all(), (fn.__name__, out)
 
 
 def test_activation_names():

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,12 +82,63 @@ with open(f"{out}/result-rank{rank}.json", "w") as f:
 """
 
 
-def torchrun(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+def free_port() -> int:
+    """A TCP port that is free on this machine now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(args: list[str], cwd: Path, timeout: float = 180,
+             attempts: int = 2) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node=2 ARGS`` in ``cwd`` on a free port; its output on failure.
+
+    Each attempt runs on a port picked just before it (static rendezvous on 127.0.0.1, no
+    port-0 negotiation). An attempt that outlives ``timeout`` -- a stuck rendezvous on a busy CI
+    machine -- is stopped (SIGTERM, which torchrun passes on to its workers; SIGKILL 30 s later),
+    the files it wrote in ``cwd`` are removed, and the run is tried once more on a new port. A run
+    that fails, or times out every time, fails the test with torchrun's output.
+    """
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           *args]
-    return subprocess.run(cmd, check=False, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    before = set(cwd.iterdir())
+    log = []
+    for attempt in range(1, attempts + 1):
+        port = free_port()
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
+               "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={port}", *args]
+        # Output to files, not pipes: a worker that outlives a killed agent cannot block us.
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, text=True,
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=timeout)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                proc.terminate()  # SIGTERM: torchrun stops its workers (each in its own session)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+        if timed_out:
+            log.append(f"attempt {attempt} (port {port}) timed out after {timeout:.0f} s:\n"
+                       f"--- stdout ---\n{stdout[-3000:]}\n--- stderr ---\n{stderr[-3000:]}")
+            for path in set(cwd.iterdir()) - before:  # what the stopped run wrote
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            continue
+        if proc.returncode != 0:
+            log.append(f"torchrun exited with {proc.returncode} (port {port}):\n"
+                       f"--- stdout ---\n{stdout[-3000:]}\n--- stderr ---\n{stderr[-3000:]}")
+            pytest.fail("\n\n".join(log), pytrace=False)
+        return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    pytest.fail("\n\n".join(log), pytrace=False)
 
 
 def without_timing(history: list[dict]) -> list[dict]:
@@ -95,9 +150,8 @@ def two_ranks(tmp_path_factory) -> tuple[Path, list[dict]]:
     out = tmp_path_factory.mktemp("ddp")
     (out / "ids.json").write_text(json.dumps(IDS.tolist()))
     (out / "script.py").write_text(SCRIPT)
-    done = torchrun(["script.py", str(out), json.dumps(MODEL.__dict__),
-                     json.dumps(CFG.__dict__)], cwd=out)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    torchrun(["script.py", str(out), json.dumps(MODEL.__dict__), json.dumps(CFG.__dict__)],
+             cwd=out)
     return out, [json.loads((out / f"result-rank{r}.json").read_text()) for r in range(2)]
 
 
@@ -206,7 +260,6 @@ def test_the_cli_runs_under_torchrun_and_writes_one_checkpoint(tmp_path):
                      "--block-size", "16", "--batch-size", "4", "--max-iters", "3",
                      "--warmup-iters", "1", "--eval-iters", "2", "--eval-interval", "3"],
                     cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.count("effective batch: 4 sequences x 1 accumulation steps x 2 "
                              "process(es) = 8 sequences") == 1  # printed by rank 0 alone
     assert done.stdout.count("tinygpt: trained to step 3") == 1  # the summary line, rank 0 only

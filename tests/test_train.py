@@ -322,7 +322,10 @@ def test_keep_freed_memory_ends_the_page_faults_of_each_step():
     _, default = faults_per_step("default")
     assert kept == "True"
     assert default > 100, default  # the cost this setting removes, present here
-    assert tuned < default / 8, (tuned, default)
+    # Fault counts are noisy: measured here, 270 to 870 per step by default and 0 to 45 kept, the
+    # kept ones highest with torch's scalar kernels (ATEN_CPU_CAPABILITY=default); a factor of 4
+    # still separates the two with room to spare.
+    assert tuned < default / 4, (tuned, default)
 
 
 def test_train_on_cpu_keeps_freed_memory(monkeypatch):
