@@ -16,17 +16,26 @@ Two models: "small" (4 layers, width 256, 4 heads, vocab 256) and "gpt2" (GPT-2 
 position, so the uncached run of "gpt2" is limited to ``--uncached-new`` tokens (64) and
 compared with a cached run of the same length. ``--quick``: 64 new tokens, fewer repeats.
 
+``--past-context``: instead, the cost of running past the context. Once the context is full,
+``generate`` keeps the last ``keep`` tokens and rebuilds the cache from them (a full forward
+pass). It times ``4 T_max`` new tokens after a full-context prompt, on one thread, for
+``keep = T_max - 1`` (the old default: a rebuild every other token), ``keep = T_max // 2`` (the
+default) and without the cache, on the "small" model with contexts of 64 and 256: tokens/s, the
+median of ``--repeat`` (5) alternating runs.
+
 Results depend on the machine (CPU, thread count, other load); the thread count is printed.
 tinygpt and HF runs alternate (best of ``--repeat``) after a warm-up. Batch-1 steps are
 small: on a machine shared with other jobs, ``--threads 1`` is often faster and steadier.
 
 Usage: python benchmarks/bench_sampling.py [--quick] [--new 512] [--models small,gpt2]
        [--threads N] [--uncached-new 64]
+       python benchmarks/bench_sampling.py --past-context [--repeat 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import time
@@ -35,7 +44,7 @@ import torch
 from _hf import hf_copy  # benchmarks/_hf.py: the same weights in GPT2LMHeadModel
 
 from tinygpt.model import GPT, GPTConfig
-from tinygpt.sample import generate
+from tinygpt.sample import context_schedule, generate
 
 MODELS = {
     "small": GPTConfig(vocab_size=256, block_size=1024, n_layer=4, n_head=4, n_embd=256),
@@ -160,6 +169,50 @@ def bench_model(name: str, new: int, uncached_new: int, repeat: int) -> None:
     kv_memory(model)
 
 
+def bench_past_context(repeat: int) -> None:
+    """tokens/s past the context: keep = T_max - 1, keep = T_max // 2 (default), no cache."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        print(f"torch {torch.__version__}, 1 thread, greedy, batch 1, float32, CPU: "
+              f"4 T_max new tokens after a full-context prompt, median of {repeat} runs")
+        for T_max in (64, 256):
+            config = dataclasses.replace(MODELS["small"], block_size=T_max)
+            torch.manual_seed(0)
+            model = GPT(config).eval()
+            idx = torch.randint(0, config.vocab_size, (1, T_max),
+                                generator=torch.Generator().manual_seed(1))
+            n = 4 * T_max
+            runs = {"keep = T_max - 1 (old default)": {"keep": T_max - 1},
+                    "keep = T_max // 2 (default)": {"keep": None},
+                    "no cache (same schedule)": {"use_cache": False}}
+            generate(model, idx, 8, temperature=0)  # warm-up
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            outs = {}
+            for _ in range(repeat):  # alternate, so that a change of load hits all alike
+                for name, kwargs in runs.items():
+                    start = time.perf_counter()
+                    outs[name] = generate(model, idx, n, temperature=0, **kwargs)
+                    times[name].append(time.perf_counter() - start)
+            print(f"\n[small, T_max={T_max}] L={config.n_layer} C={config.n_embd}: "
+                  f"{n} new tokens")
+            for name, kwargs in runs.items():
+                keep = kwargs.get("keep") or T_max // 2
+                start, rebuilds = 0, 0
+                for k in range(T_max, T_max + n):
+                    start, rebuilt = context_schedule(k, start, T_max, keep)
+                    rebuilds += rebuilt
+                tps = n / statistics.median(times[name])
+                cached = kwargs.get("use_cache", True)
+                what = f"{rebuilds} rebuilds" if cached else "a full pass each"
+                print(f"  {name:32}: {tps:8.1f} tok/s  ({what})")
+            old, new = (statistics.median(times[k]) for k in list(runs)[:2])
+            print(f"  default keep vs old default: {old / new:.1f}x the tokens/s")
+            assert torch.equal(*(outs[k] for k in list(runs)[1:]))  # default == no cache
+    finally:
+        torch.set_num_threads(previous)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="64 new tokens, one repeat")
@@ -169,7 +222,12 @@ def main() -> None:
                         help="cap on uncached new tokens for gpt2 (default 64)")
     parser.add_argument("--models", default="small,gpt2", help="comma-separated: small,gpt2")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--past-context", action="store_true",
+                        help="only the cost past the context: keep = T_max - 1 vs the default")
     args = parser.parse_args()
+    if args.past_context:
+        bench_past_context(args.repeat or 5)
+        return
     new = args.new or (64 if args.quick else 512)
     repeat = args.repeat or (1 if args.quick else 2)
     torch.set_num_threads(args.threads)

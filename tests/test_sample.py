@@ -191,7 +191,7 @@ def test_cached_and_uncached_greedy_agree_past_the_context_length(keep):
     assert cached.shape == (3, 5 + n)
     assert torch.equal(cached[:, :5], idx)
     gaps: list[float] = []
-    reference = greedy_reference(model, idx, n, keep or TINY.block_size - 1, gaps)
+    reference = greedy_reference(model, idx, n, keep or TINY.block_size // 2, gaps)
     assert min(gaps) > MARGIN  # no near-tie: the token-for-token comparisons hold on any CPU
     assert torch.equal(cached, uncached)
     assert torch.equal(cached, reference)
@@ -214,7 +214,7 @@ def test_a_prompt_longer_than_the_context_is_cropped():
     out = generate(model, idx, 5, temperature=0)
     assert torch.equal(out[:, :20], idx)
     gaps: list[float] = []
-    assert torch.equal(out, greedy_reference(model, idx, 5, TINY.block_size - 1, gaps))
+    assert torch.equal(out, greedy_reference(model, idx, 5, TINY.block_size // 2, gaps))
     assert min(gaps) > MARGIN  # no near-tie (see MARGIN)
 
 

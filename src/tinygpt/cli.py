@@ -53,7 +53,7 @@ Only block_size and batch_size differ from GPTConfig's and TrainConfig's default
 examples:
   tinygpt train --data shakespeare --tokenizer char --out out/shakespeare-char
   tinygpt train --data notes.txt --tokenizer bpe --vocab-size 1024 --out out/notes --max-iters 500
-  tinygpt train --data shakespeare --out out/shakespeare-char --resume --max-iters 4000
+  tinygpt train --data shakespeare --out out/shakespeare-char --resume   (after an interruption)
 """
 
 
@@ -252,8 +252,9 @@ def _configs(args: argparse.Namespace, out: Path) -> tuple[GPTConfig, TrainConfi
     base = ckpt.train_config or TrainConfig(batch_size=CLI_DEFAULTS["batch_size"])
     train_config = dataclasses.replace(base, **train_given)
     if train_config.max_iters <= ckpt.step:
-        raise ValueError(f"the checkpoint in {out} is at step {ckpt.step} already: raise "
-                         f"--max-iters (now {train_config.max_iters}) above it to go on")
+        raise ValueError(f"the checkpoint in {out} is at step {ckpt.step} already, the end of "
+                         f"its run (--max-iters {train_config.max_iters}): --resume continues an "
+                         "interrupted run on its own schedule; a longer run is a new run")
     return model_config, train_config, tokenizer
 
 

@@ -17,11 +17,13 @@ positions, and its positions are *absolute* (GPT-2's learned table ``wpe``). Onc
 full, the oldest tokens must go. A sliding window over the cache would not work: every cached
 key was computed with the position it had when it entered; dropping the first token shifts every
 other token's position by one, so all cached keys and values are stale. Instead, when the
-context is full, ``generate`` keeps the last ``keep`` tokens (default ``T_max - 1``) and rebuilds
-the cache from them with one full forward pass. The uncached path follows the *same* schedule
-(it feeds exactly the tokens the cache would hold), so with and without the cache give the same
-tokens, also past the context length; they differ only in cost. A smaller ``keep`` rebuilds less
-often (every ``T_max - keep`` tokens) at the price of a shorter context right after a rebuild.
+context is full, ``generate`` keeps the last ``keep`` tokens (default ``T_max // 2``) and
+rebuilds the cache from them with one full forward pass. The uncached path follows the *same*
+schedule (it feeds exactly the tokens the cache would hold), so with and without the cache give
+the same tokens, also past the context length; they differ only in cost. A rebuild happens every
+``T_max - keep + 1`` tokens: ``keep = T_max - 1`` would rebuild (a full forward pass) every
+other token and lose most of the cache's gain; the default keeps half the context, so a rebuild
+comes every ``T_max // 2`` tokens or so, at the price of a shorter context right after it.
 
 Stop tokens: a row that emits a stop id is finished; it keeps its length, padded with that stop
 id, and generation ends early once every row is finished, so the result may be shorter than
@@ -227,12 +229,12 @@ def generate(
     ``temperature``, ``top_k``, ``top_p``, ``generator``: as in ``sample_next``.
     ``use_cache``: feed one token per step through a ``KVCache`` (fast) or the whole context
     (slow); both give the same tokens. ``keep``: tokens kept when the context is full (default
-    ``block_size - 1``; see the module docstring, "crop and rebuild"). Runs in ``eval`` mode
+    ``block_size // 2``; see the module docstring, "crop and rebuild"). Runs in ``eval`` mode
     under ``torch.no_grad()``; the model's training mode is restored afterwards.
     """
     _check_generate_args(model, idx, max_new_tokens, 1 if keep is None else keep)
     V, T_max = model.config.vocab_size, model.config.block_size
-    keep = max(T_max - 1, 1) if keep is None else keep
+    keep = max(T_max // 2, 1) if keep is None else keep  # a rebuild every ~T_max / 2 tokens
     temperature = _check_temperature(temperature)
     _check_top_k(top_k, V)
     _check_top_p(top_p)

@@ -208,6 +208,36 @@ def lr_at(step: int, config: TrainConfig) -> float:
     return config.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - config.min_lr)
 
 
+SCHEDULE_FIELDS = ("max_iters", "learning_rate", "min_lr", "warmup_iters", "lr_decay_iters")
+
+
+def _check_same_schedule(history: list[Record], saved: TrainConfig | None, cfg: TrainConfig,
+                         step: int, out_dir: object) -> None:
+    """Refuse to resume under a learning-rate schedule the checkpoint's steps did not follow.
+
+    A resumed run is the uninterrupted run of ``cfg`` only if ``lr_at(s, cfg)`` is the rate each
+    step ``s`` already taken was trained with (the ``lr`` of the saved history). Raising
+    ``max_iters`` of a finished run would instead stretch its cosine: the rate would jump back
+    up at the resume point.
+    """
+    done = [(r["step"] - 1, r["lr"]) for r in history if "lr" in r]  # (step index, its lr)
+    bad = next(((s, lr) for s, lr in done
+                if not math.isclose(lr, lr_at(s, cfg), rel_tol=1e-9, abs_tol=0.0)), None)
+    if bad is None:
+        return
+    changed = [f"{n}={getattr(cfg, n)} (the checkpoint's: {getattr(saved, n)})" for n in
+               SCHEDULE_FIELDS if saved is not None and getattr(saved, n) != getattr(cfg, n)]
+    jump = (f"; the rate would go from {done[-1][1]:.1e} at step {done[-1][0] + 1} to "
+            f"{lr_at(step, cfg):.1e} at step {step + 1}" if done and step < cfg.max_iters else "")
+    raise ValueError(
+        f"cannot resume {out_dir} with {', '.join(changed) or 'this schedule'}: its step "
+        f"{bad[0] + 1} was trained with lr {bad[1]:.4g}, this schedule gives "
+        f"{lr_at(bad[0], cfg):.4g} there, so the run would not continue the one that was "
+        f"saved{jump}. Resume with the checkpoint's max_iters, learning_rate, min_lr, "
+        "warmup_iters and lr_decay_iters, or train on from its weights as a new run with a "
+        "schedule of its own (train(..., model=tinygpt.load(folder)[0]) and another out_dir)")
+
+
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt() parameters (<malloc.h>)
 _KEEP_BELOW = 32 * 2**20  # glibc's largest mmap threshold on 64-bit systems: 32 MiB
 
@@ -286,9 +316,12 @@ def autocast(device: torch.device, dtype: str) -> AbstractContextManager[object]
     """The context the forward pass runs in: ``torch.autocast`` for ``"bfloat16"``, else none."""
     if dtype == "float32":
         return nullcontext()
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    # including_emulation=False: by default torch also counts GPUs (before Ampere) that only
+    # emulate bfloat16, slowly
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
         raise ValueError(f"dtype='bfloat16' was asked for, but {torch.cuda.get_device_name(device)}"
-                         " does not support bfloat16; use dtype='float32'")
+                         " has no native bfloat16 (it needs compute capability 8.0, Ampere, or "
+                         "newer); use dtype='float32'")
     try:
         return torch.autocast(device.type, dtype=torch.bfloat16)
     except RuntimeError as err:
@@ -337,12 +370,15 @@ def train(
     ``callback(record, model)`` is called after each step (and its save); returning True stops
     training (saving that step). ``resume=True`` continues the checkpoint in ``out_dir`` --
     model, optimizer, RNG states and history -- up to ``train_config.max_iters``, giving the same
-    numbers as an uninterrupted run. A NaN or infinite loss or gradient raises
-    ``TrainingDivergedError`` before any weight is changed; the last saved checkpoint is kept.
-    Weights that hold an inf or a NaN, or give the step's last batch a non-finite loss, are never
-    saved: the save raises ``TrainingDivergedError`` instead, keeping the last good checkpoint.
-    Before the first step, ``out_dir`` is checked writable, with room for two checkpoints, and
-    locked against a second trainer (``tinygpt.ckptio``) until the run ends.
+    numbers as an uninterrupted run. It refuses (``ValueError``) a ``train_config`` whose
+    learning-rate schedule differs on the steps already taken (e.g. a larger ``max_iters`` for a
+    run whose cosine had started): that would stretch the schedule, not continue the run. A NaN
+    or infinite loss or gradient raises ``TrainingDivergedError`` before any weight is changed;
+    the last saved checkpoint is kept. Weights that hold an inf or a NaN, or give the step's last
+    batch a non-finite loss, are never saved: the save raises ``TrainingDivergedError`` instead,
+    keeping the last good checkpoint. Before the first step, ``out_dir`` is checked writable,
+    with room for two checkpoints, and locked against a second trainer (``tinygpt.ckptio``)
+    until the run ends.
 
     On the CPU, ``keep_freed_memory()`` is called first (a process-wide ``malloc`` setting).
     ``train_config.dtype="bfloat16"`` runs the forward pass under bf16 autocast. Started by
@@ -395,6 +431,7 @@ def _run(ctx: DistContext, model_config: GPTConfig, cfg: TrainConfig, train_data
         if ckpt.model_config != model_config:
             raise ValueError(f"the checkpoint in {out_dir} has model config {ckpt.model_config}, "
                              f"not {model_config}")
+        _check_same_schedule(ckpt.history, ckpt.train_config, cfg, ckpt.step, out_dir)
         if model is None:
             model = ckpt.model
         else:
