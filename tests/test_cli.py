@@ -369,15 +369,15 @@ def test_a_diverging_run_exits_1_and_keeps_its_last_checkpoint(capsys, corpus, t
     (["--temperature", "-1"], ["temperature", "-1"]),
     (["--top-k", "0"], ["top_k", "got 0"]),
     (["--top-k", "1000"], ["top_k", "got 1000"]),
-    (["--top-p", "0"], ["top_p", "(0, 1]"]),
-    (["--top-p", "1.5"], ["top_p", "(0, 1]"]),
-    (["--max-new-tokens", "-3"], ["max_new_tokens", "-3"]),
+    (["--top-p", "0"], ["--top-p", "(0, 1]"]),
+    (["--top-p", "1.5"], ["--top-p", "(0, 1]"]),
+    (["--max-new-tokens", "-3"], ["--max-new-tokens", "-3"]),
     (["--num-samples", "0"], ["--num-samples"]),
     (["--prompt", "the Zebra"], ["--prompt", "'Z'", "position 4", "not in the vocabulary"]),
     (["--stop", "the"], ["--stop 'the' is 3 tokens"]),
     (["--stop", "Q"], ["--stop 'Q'", "not in the vocabulary"]),
     (["--device", "cuda:99" if not torch.cuda.is_available() else "mps"], ["device"]),
-    (["--device", "tpu"], ["--device tpu", "device type"]),
+    (["--device", "tpu"], ["--device tpu", "not a device tinygpt runs on"]),
 ])
 def test_bad_sampling_arguments_are_one_line_errors(capsys, trained, extra, words):
     code, _, err = run(capsys, "sample", "--out", trained, "--max-new-tokens", 5, *extra)
