@@ -88,15 +88,23 @@ def pathological(text: str, n: int, vocab_size: int, gpt2: BPETokenizer) -> dict
         fresh = BPETokenizer(gpt2.tokens, gpt2.merges, gpt2.pattern, gpt2.special_tokens)
         encode[name], ids = timed(lambda tok=fresh, s=sample: tok.encode_ordinary(s))
         assert gpt2.decode(ids) == sample
+    fresh = BPETokenizer(gpt2.tokens, gpt2.merges, gpt2.pattern, gpt2.special_tokens)
+    quarter, _ = timed(lambda: fresh.encode_ordinary("a" * (n // 4)))
     n_train = n // 2  # training is slower than encoding: half the characters
     train = {name: timed(lambda s=cases[name][:n_train]: BPETokenizer.train(
         s, vocab_size, pattern="gpt2"))[0] for name in ("normal", "DNA")}
+    dna_quarter, _ = timed(lambda: BPETokenizer.train(cases["DNA"][:n_train // 4], vocab_size,
+                                                      pattern="gpt2"))
     result = {f"encode {name} ({n:,} chars)": t for name, t in encode.items()}
     result.update({f"train {name} ({n_train:,} chars)": t for name, t in train.items()})
     result["encode ratio, one repeated character / normal"] = (
         encode["one repeated character"] / encode["normal"])
     result["encode ratio, DNA / normal"] = encode["DNA"] / encode["normal"]
     result["train ratio, DNA / normal"] = train["DNA"] / train["normal"]
+    # linear: 4x the characters take 4x the time; quadratic: 16x
+    result["encode one repeated character, time ratio 4x chars"] = (
+        encode["one repeated character"] / quarter)
+    result["train DNA, time ratio 4x chars"] = train["DNA"] / dna_quarter
     return result
 
 

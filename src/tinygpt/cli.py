@@ -271,16 +271,6 @@ def _configs(args: argparse.Namespace, out: Path) -> tuple[GPTConfig, TrainConfi
     return model_config, train_config, tokenizer
 
 
-def _check_train_run(model_config: GPTConfig, train_config: TrainConfig) -> None:
-    """Refuse, before any work, a seed torch cannot take, an absent device, or a run whose
-    memory estimate exceeds what its device has free (``tinygpt.cli_checks``)."""
-    cli_checks.check_seed(train_config.seed)
-    device = cli_checks.resolved(cli_checks.check_device(train_config.device))
-    need = cli_checks.train_memory(model_config, train_config)
-    cli_checks.check_memory(need, device, "training", "lower --n-layer, --n-embd, --block-size "
-                            "or --batch-size (--gradient-accumulation-steps keeps the batch)")
-
-
 def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     """``tinygpt train``: data, tokenizer and configs; call ``train``; print a summary line."""
     import torch
@@ -298,7 +288,8 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
                          "per character of the text")
     model_config, train_config, tokenizer = _configs(args, out)
     vocab = tokenizer.vocab_size if tokenizer else args.vocab_size or DEFAULT_BPE_VOCAB
-    _check_train_run(dataclasses.replace(model_config, vocab_size=vocab), train_config)
+    cli_checks.check_train_run(dataclasses.replace(model_config, vocab_size=vocab),
+                               train_config)
     text, where = read_data(args.data)
     if not text:
         raise ValueError(f"{where} is empty: there is nothing to train on")
@@ -325,7 +316,7 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
                          f"{fraction}), but each part needs at least --block-size + 1 = {need}, "
                          f"about {total} in all: use a longer text or a smaller --block-size")
     model_config = dataclasses.replace(model_config, vocab_size=tokenizer.vocab_size)
-    _check_train_run(model_config, train_config)  # now with the tokenizer's vocab_size
+    cli_checks.check_train_run(model_config, train_config)  # with the tokenizer's vocab_size
     start = time.perf_counter()
     try:
         history = train_module.train(
@@ -356,21 +347,6 @@ def _unescape(text: str) -> str:
     return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m[1]], text)
 
 
-def _check_sample_args(args: argparse.Namespace) -> None:
-    """``tinygpt sample``'s numbers and device, checked before the checkpoint is loaded."""
-    if args.num_samples < 1:
-        raise ValueError(f"--num-samples must be at least 1, got {args.num_samples}")
-    if args.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens must be at least 0, got {args.max_new_tokens}")
-    if not (args.temperature >= 0 and math.isfinite(args.temperature)):
-        raise ValueError(f"--temperature must be a finite number >= 0 (0: greedy), got "
-                         f"{args.temperature}")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
-    cli_checks.check_seed(args.seed)
-    cli_checks.check_device(args.device)
-
-
 def run_sample(args: argparse.Namespace, argv: list[str]) -> int:
     """``tinygpt sample``: load the checkpoint, encode the prompt, generate, print."""
     import torch
@@ -379,7 +355,7 @@ def run_sample(args: argparse.Namespace, argv: list[str]) -> int:
     from tinygpt.checkpoint import load_checkpoint
     from tinygpt.sample import generate
 
-    _check_sample_args(args)
+    cli_checks.check_sample_args(args)
     ckpt = load_checkpoint(args.out)
     tokenizer = ckpt.tokenizer
     if tokenizer is None:

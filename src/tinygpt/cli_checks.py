@@ -5,6 +5,8 @@ It handles what ``tinygpt.cli`` must refuse with a one-line error before any wor
 * ``check_device``: ``--device`` must be one tinygpt runs on (``cpu``, ``cuda``, ``cuda:N``,
   ``mps``, ``auto``) and be present on this machine (``meta``, ``xpu``, ``hpu``... are refused);
 * ``check_seed``: ``--seed`` must fit the 64 bits torch's generators take;
+* ``check_train_run`` and ``check_sample_args``: the checks of ``tinygpt train`` (seed, device,
+  memory) and of ``tinygpt sample``'s numbers and device, made before any work;
 * ``train_memory`` / ``sample_memory``: estimates, in bytes, of what a training run or a sampling
   run will hold at its peak, and ``check_memory``, which refuses a run whose estimate exceeds the
   memory available on its device (``available_memory``), printing both.
@@ -20,6 +22,7 @@ It does not validate the configs' own fields (``GPTConfig`` and ``TrainConfig`` 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -53,6 +56,31 @@ def check_seed(seed: int, flag: str = "--seed") -> int:
         raise ValueError(f"{flag} {seed}: a seed must be an integer from {low} to {high} "
                          "(2**63 - 1)")
     return seed
+
+
+def check_train_run(model_config, train_config) -> None:
+    """Refuse, before any work, a seed torch cannot take, an absent device, or a run whose
+    memory estimate exceeds what its device has free."""
+    check_seed(train_config.seed)
+    device = resolved(check_device(train_config.device))
+    need = train_memory(model_config, train_config)
+    check_memory(need, device, "training", "lower --n-layer, --n-embd, --block-size or "
+                 "--batch-size (--gradient-accumulation-steps keeps the batch)")
+
+
+def check_sample_args(args) -> None:
+    """``tinygpt sample``'s numbers and device, checked before the checkpoint is loaded."""
+    if args.num_samples < 1:
+        raise ValueError(f"--num-samples must be at least 1, got {args.num_samples}")
+    if args.max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be at least 0, got {args.max_new_tokens}")
+    if not (args.temperature >= 0 and math.isfinite(args.temperature)):
+        raise ValueError(f"--temperature must be a finite number >= 0 (0: greedy), got "
+                         f"{args.temperature}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
+    check_seed(args.seed)
+    check_device(args.device)
 
 
 def _size(n: float) -> str:

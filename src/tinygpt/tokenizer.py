@@ -23,8 +23,15 @@ from typing import Literal
 
 import regex
 
-from tinygpt.bpe import (GPT2_PATTERN, GPT4_PATTERN, Pair, encode_chunk, resolve_pattern,
-                         split_text, train_merges)
+from tinygpt.bpe import (
+    GPT2_PATTERN,
+    GPT4_PATTERN,
+    Pair,
+    encode_chunk,
+    resolve_pattern,
+    split_text,
+    train_merges,
+)
 
 
 def _check_text(text: object) -> str:
