@@ -7,12 +7,17 @@ What it measures, all in one run on one corpus (tinyshakespeare by default):
   against HF ``tokenizers``' BPE trainer (Rust, may use several threads);
 * peak Python memory of the fast training (``tracemalloc``);
 * encoding with GPT-2's tokenizer: tinygpt against tiktoken and HF ``tokenizers``, all
-  built from the same ``vocab.json`` / ``merges.txt``, checking the ids agree.
+  built from the same ``vocab.json`` / ``merges.txt``, checking the ids agree;
+* pathological text (``pathological``): encoding one character repeated and training on
+  DNA-like text with no spaces, each against normal text of the same size, as a time ratio:
+  near 1 means near-linear (pre-tokens longer than ``tinygpt.bpe.MAX_CHUNK`` bytes are cut
+  into pieces of that size); a ratio that grows with ``--pathological-chars`` means quadratic.
 
 What it does not do: extrapolate. With ``--quick`` or ``--naive-chars`` the naive trainer
 runs on a prefix of the corpus, and it is compared with the fast one on that same prefix.
 
 Usage: python benchmarks/bench_tokenizer.py [--vocab-size 512] [--corpus PATH] [--quick]
+       python benchmarks/bench_tokenizer.py --pathological-only [--pathological-chars 1000000]
 """
 
 from __future__ import annotations
@@ -66,6 +71,43 @@ def naive_train(text: str, num_merges: int, pattern: str) -> tuple[float, list]:
         [c.encode("utf-8") for c in split_text(text, pattern)], num_merges))
 
 
+def dna(n: int, seed: int = 0) -> str:
+    """``n`` random letters A, C, G, T: text with no spaces or punctuation to pre-split on."""
+    import random
+    return "".join(random.Random(seed).choices("ACGT", k=n))
+
+
+def pathological(text: str, n: int, vocab_size: int, gpt2: BPETokenizer) -> dict[str, float]:
+    """Seconds and time ratios, pathological over normal text of ``n`` characters each:
+    encoding ``"a" * n`` and DNA against the first ``n`` characters of ``text`` (GPT-2's
+    tokenizer, empty cache), and training a ``vocab_size`` tokenizer on DNA against ``text``."""
+    normal = (text * (n // max(len(text), 1) + 1))[:n]
+    cases = {"normal": normal, "one repeated character": "a" * n, "DNA": dna(n)}
+    encode = {}
+    for name, sample in cases.items():
+        fresh = BPETokenizer(gpt2.tokens, gpt2.merges, gpt2.pattern, gpt2.special_tokens)
+        encode[name], ids = timed(lambda tok=fresh, s=sample: tok.encode_ordinary(s))
+        assert gpt2.decode(ids) == sample
+    fresh = BPETokenizer(gpt2.tokens, gpt2.merges, gpt2.pattern, gpt2.special_tokens)
+    quarter, _ = timed(lambda: fresh.encode_ordinary("a" * (n // 4)))
+    n_train = n // 2  # training is slower than encoding: half the characters
+    train = {name: timed(lambda s=cases[name][:n_train]: BPETokenizer.train(
+        s, vocab_size, pattern="gpt2"))[0] for name in ("normal", "DNA")}
+    dna_quarter, _ = timed(lambda: BPETokenizer.train(cases["DNA"][:n_train // 4], vocab_size,
+                                                      pattern="gpt2"))
+    result = {f"encode {name} ({n:,} chars)": t for name, t in encode.items()}
+    result.update({f"train {name} ({n_train:,} chars)": t for name, t in train.items()})
+    result["encode ratio, one repeated character / normal"] = (
+        encode["one repeated character"] / encode["normal"])
+    result["encode ratio, DNA / normal"] = encode["DNA"] / encode["normal"]
+    result["train ratio, DNA / normal"] = train["DNA"] / train["normal"]
+    # linear: 4x the characters take 4x the time; quadratic: 16x
+    result["encode one repeated character, time ratio 4x chars"] = (
+        encode["one repeated character"] / quarter)
+    result["train DNA, time ratio 4x chars"] = train["DNA"] / dna_quarter
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vocab-size", type=int, default=512)
@@ -78,7 +120,22 @@ def main() -> None:
                         help="run the naive trainer on the first 100,000 characters only")
     parser.add_argument("--naive-chars", type=int, default=None,
                         help="run the naive trainer on this many first characters only")
+    parser.add_argument("--pathological-chars", type=int, default=1_000_000,
+                        help="size of the pathological texts (training uses half)")
+    parser.add_argument("--pathological-only", action="store_true",
+                        help="run only the pathological-text timings")
     args = parser.parse_args()
+
+    if args.pathological_only:
+        text = (args.corpus or data_path("tinyshakespeare")).read_text(encoding="utf-8")
+        gpt2 = BPETokenizer.from_gpt2(*(
+            (args.gpt2_dir / "vocab.json", args.gpt2_dir / "merges.txt") if args.gpt2_dir
+            else (data_path("gpt2/vocab.json"), data_path("gpt2/merges.txt"))))
+        result = pathological(text, args.pathological_chars, args.vocab_size, gpt2)
+        for key, value in result.items():
+            print(f"{key:<48}  {value:8.3f}{'' if 'ratio' in key else ' s'}")
+        print(json.dumps(result))
+        return
 
     corpus = args.corpus or data_path("tinyshakespeare")
     text = corpus.read_text(encoding="utf-8")
@@ -154,7 +211,10 @@ def main() -> None:
     print(f"tinygpt vs HF training: {t_fast / t_hf:.2f}x the time of HF")
     print(f"tinygpt vs tiktoken encoding (empty cache): {t_cold / t_tik:.1f}x the time of tiktoken")
     print(f"tinygpt vs HF encoding (empty cache): {t_cold / t_hfe:.1f}x the time of HF")
-    print(json.dumps({"train_fast_s": t_fast, "train_hf_s": t_hf, "train_naive_s": t_naive,
+    patho = pathological(text, min(args.pathological_chars, len(text)), args.vocab_size, gpt2)
+    for key, value in patho.items():
+        print(f"{key:<48}  {value:8.3f}{'' if 'ratio' in key else ' s'}")
+    print(json.dumps({**patho, "train_fast_s": t_fast, "train_hf_s": t_hf, "train_naive_s": t_naive,
                       "naive_chars": naive_chars, "peak_mb": peak,
                       "encode_tokens_per_s": n / t_cold}))
 

@@ -181,19 +181,28 @@ def train_merges(chunks: Mapping[str | bytes | tuple[int, ...], int]
     Three ideas make it fast:
 
     1. identical chunks are stored once, with their count as a weight;
-    2. an index from each pair to the chunks containing it, so a merge only revisits
-       those chunks (subtract their old pairs, merge, add their new pairs);
+    2. all chunks live in one doubly linked list of symbols, and an index from each pair to
+       the positions where it starts, so a merge only touches its own occurrences and their
+       two neighbours -- never a whole chunk, so even one endless chunk (DNA, a run of one
+       character) costs time in proportion to the merges actually made;
     3. a max-heap of ``(-count, pair)`` to find the best pair; entries are not removed
        when a count changes, a new one is pushed, and stale ones are skipped when popped.
     """
     _check_num_merges(num_merges)
     words, freqs = _dedupe(chunks)
-    counts: dict[Pair, int] = {}
-    where: defaultdict[Pair, set[int]] = defaultdict(set)
-    for w, (word, freq) in enumerate(zip(words, freqs, strict=True)):
-        for pair in pairwise(word):
-            counts[pair] = counts.get(pair, 0) + freq
-            where[pair].add(w)
+    sym: list[int] = []  # the symbol at each position; -1 once merged into its left neighbour
+    weight: list[int] = []  # the count of the chunk each position belongs to
+    for word, freq in zip(words, freqs, strict=True):
+        sym += word + [-1]  # a -1 after each chunk: pairs never cross chunks
+        weight += [freq] * (len(word) + 1)
+    n = len(sym)
+    nxt, prv = list(range(1, n + 1)), list(range(-1, n - 1))
+    counts: dict[Pair, int] = defaultdict(int)
+    where: defaultdict[Pair, list[int]] = defaultdict(list)  # may hold stale positions
+    for i in range(n - 1):
+        if sym[i] >= 0 and sym[i + 1] >= 0:
+            counts[sym[i], sym[i + 1]] += weight[i]
+            where[sym[i], sym[i + 1]].append(i)
     heap = [(-count, pair) for pair, count in counts.items()]
     heapq.heapify(heap)  # heap order is (-count, pair): highest count, then smallest pair
 
@@ -202,35 +211,40 @@ def train_merges(chunks: Mapping[str | bytes | tuple[int, ...], int]
         while len(merges) < num_merges:
             while heap and counts.get(heap[0][1], 0) != -heap[0][0]:
                 heapq.heappop(heap)  # stale: the count changed after this entry was pushed
-            if not heap:
+            if not heap or heap[0][0] == 0:
                 break  # no pair left to merge
             best = heapq.heappop(heap)[1]
+            a, b = best
             new_id = 256 + len(merges)
             merges.append(best)
-            delta: defaultdict[Pair, int] = defaultdict(int)
-            for w in where.pop(best):
-                word, freq = words[w], freqs[w]
-                old_pairs = list(pairwise(word))
-                word = words[w] = merge(word, best, new_id)
-                new_pairs = list(pairwise(word))
-                for pair in old_pairs:
-                    delta[pair] -= freq
-                for pair in new_pairs:
-                    delta[pair] += freq
-                old_set, new_set = set(old_pairs), set(new_pairs)
-                for pair in new_set - old_set:
-                    where[pair].add(w)
-                for pair in old_set - new_set:
-                    if pair != best:  # the index entry of best was popped above
-                        where[pair].discard(w)
-            for pair, d in delta.items():
-                if d:
-                    count = counts.get(pair, 0) + d
-                    if count > 0:
-                        counts[pair] = count
-                        heapq.heappush(heap, (-count, pair))
-                    else:
-                        del counts[pair]
+            changed: set[Pair] = set()
+            for i in sorted(set(where.pop(best))):  # left to right, as merge() scans
+                j = nxt[i] if i < n else n
+                if sym[i] != a or j >= n or sym[j] != b:
+                    continue  # stale, or the right half was taken by the occurrence before
+                w, left, right = weight[i], prv[i], nxt[j]
+                if left >= 0 and sym[left] >= 0:  # (left, a) becomes (left, new)
+                    counts[sym[left], a] -= w
+                    counts[sym[left], new_id] += w
+                    where[sym[left], new_id].append(left)
+                    changed |= {(sym[left], a), (sym[left], new_id)}
+                if right < n and sym[right] >= 0:  # (b, right) becomes (new, right)
+                    counts[b, sym[right]] -= w
+                    counts[new_id, sym[right]] += w
+                    where[new_id, sym[right]].append(i)
+                    changed |= {(b, sym[right]), (new_id, sym[right])}
+                counts[best] -= w
+                sym[i], sym[j] = new_id, -2  # j is gone: unlink it
+                nxt[i] = right
+                if right < n:
+                    prv[right] = i
+            for pair in changed | {best}:
+                count = counts.get(pair, 0)
+                if count > 0:
+                    heapq.heappush(heap, (-count, pair))
+                else:
+                    counts.pop(pair, None)
+                    where.pop(pair, None)
             bar.update(1)
     return merges
 

@@ -8,7 +8,10 @@ print). The model and training options are generated from the fields of ``GPTCon
 (``--lr``, ``--gradient-accumulation-steps``), help from the "Attributes:" sections of their
 docstrings -- a field added to a config is an option with no change here. A user's mistake
 prints ``tinygpt: error: <message>`` and gives exit code 2 (1 when training diverged); Ctrl-C
-gives 130; ``main`` returns the code instead of exiting.
+gives 130 at any moment (torch is imported inside ``main``, so even the first second is
+covered); a closed stdout (``tinygpt sample | head``) ends quietly with 141, the code of a
+command ended by a closed pipe; ``main`` returns the code instead of exiting. The checks made
+before any work (devices, seeds, memory estimates) live in ``tinygpt.cli_checks``.
 
 It does not train, sample, tokenize or save anything itself, and knows nothing of ``torchrun``:
 ``tinygpt train`` is a plain call of ``train``, so it runs wherever ``train`` runs.
@@ -32,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import tinygpt
-from tinygpt import train as train_module
+from tinygpt import cli_checks
 from tinygpt.config import GPTConfig
 from tinygpt.data import DATASETS, load_text, split_train_val
-from tinygpt.distributed import is_main_process
-from tinygpt.train import TrainConfig, TrainingDivergedError
+
+if typing.TYPE_CHECKING:  # torch is imported inside main, where Ctrl-C is caught
+    from tinygpt.train import TrainConfig
 
 SKIPPED = {"vocab_size"}  # comes from the tokenizer
 SPELLINGS = {"learning_rate": ("--lr", "--learning-rate"),  # nanoGPT's name first
@@ -147,6 +151,8 @@ def _add(group: Any, flag: str, help: str, shown: object = None, **kwargs: Any) 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tinygpt`` parser with its ``train`` and ``sample`` commands."""
+    from tinygpt.train import TrainConfig
+
     parser = argparse.ArgumentParser(prog="tinygpt", description="Train a small GPT on a text "
                                      "and sample from it.")
     parser.add_argument("--version", action="version", version=f"tinygpt {tinygpt.__version__}")
@@ -203,25 +209,34 @@ def build_parser() -> argparse.ArgumentParser:
 # --- train ---------------------------------------------------------------------------------------
 
 def read_data(spec: str) -> tuple[str, str]:
-    """``(text, where)`` of ``--data``: a file's UTF-8 text, else a corpus of ``load_text``."""
+    """``(text, where)`` of ``--data``: a file's UTF-8 text, else a corpus of ``load_text``.
+
+    The file's text is kept exactly: its line ends (``\\r\\n``, ``\\r``) are not translated.
+    """
     path = Path(spec).expanduser()
-    if path.is_file():
-        try:
-            return path.read_text(encoding="utf-8"), str(path)
-        except UnicodeDecodeError as err:
-            raise ValueError(f"--data {path}: not UTF-8 text ({err.reason} at byte "
-                             f"{err.start})") from None
-    if spec in CORPORA:
+    if not path.exists() and spec in CORPORA:
         return load_text(spec), f"the {spec} corpus"
-    what = "is a folder, not a text file" if path.is_dir() else "no such file"
-    raise ValueError(f"--data {spec}: {what} ({path.absolute()}); --data takes a UTF-8 text "
-                     f"file or a corpus name: {', '.join(CORPORA)}")
+    if not path.exists():
+        raise ValueError(f"--data {spec}: no such file ({path.absolute()}); --data takes a UTF-8 "
+                         f"text file or a corpus name: {', '.join(CORPORA)}")
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "is not a regular file (a device, FIFO, socket)"
+        raise ValueError(f"--data {spec}: {what} ({path.absolute()}); --data takes a UTF-8 text "
+                         "file or a corpus name")
+    try:
+        return path.read_bytes().decode("utf-8"), str(path)
+    except PermissionError:
+        raise ValueError(f"--data {path}: permission denied, cannot read it") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"--data {path}: not UTF-8 text ({err.reason} at byte "
+                         f"{err.start})") from None
 
 
 def _configs(args: argparse.Namespace, out: Path) -> tuple[GPTConfig, TrainConfig, Any]:
     """The model and training configs, and the tokenizer (None: to be built), of ``train``."""
     from tinygpt.checkpoint import META_FILE, load_checkpoint
     from tinygpt.tokenizer import CharTokenizer
+    from tinygpt.train import TrainConfig
 
     given = vars(args)
     model_given = {n: given[n] for n in _fields(GPTConfig) if n in given}
@@ -267,6 +282,7 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     from contextlib import nullcontext
 
     from tinygpt import ckptio
+    from tinygpt.distributed import is_main_process
 
     out = ckptio.check_out_dir(args.out, data=args.data, resume=args.resume,
                                overwrite=args.overwrite)
@@ -278,7 +294,9 @@ def _train_command(args: argparse.Namespace, argv: list[str]) -> int:
     """``run_train`` once ``--out`` is checked and locked."""
     import torch
 
+    from tinygpt import train as train_module
     from tinygpt.checkpoint import load_checkpoint
+    from tinygpt.distributed import is_main_process
     from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 
     out, fraction = Path(args.out).expanduser(), args.val_fraction
@@ -288,6 +306,9 @@ def _train_command(args: argparse.Namespace, argv: list[str]) -> int:
         raise ValueError("--vocab-size needs --tokenizer bpe; a char tokenizer has one token "
                          "per character of the text")
     model_config, train_config, tokenizer = _configs(args, out)
+    vocab = tokenizer.vocab_size if tokenizer else args.vocab_size or DEFAULT_BPE_VOCAB
+    cli_checks.check_train_run(dataclasses.replace(model_config, vocab_size=vocab),
+                               train_config)
     text, where = read_data(args.data)
     if not text:
         raise ValueError(f"{where} is empty: there is nothing to train on")
@@ -314,6 +335,7 @@ def _train_command(args: argparse.Namespace, argv: list[str]) -> int:
                          f"{fraction}), but each part needs at least --block-size + 1 = {need}, "
                          f"about {total} in all: use a longer text or a smaller --block-size")
     model_config = dataclasses.replace(model_config, vocab_size=tokenizer.vocab_size)
+    cli_checks.check_train_run(model_config, train_config)  # with the tokenizer's vocab_size
     start = time.perf_counter()
     try:
         history = train_module.train(
@@ -348,15 +370,15 @@ def run_sample(args: argparse.Namespace, argv: list[str]) -> int:
     """``tinygpt sample``: load the checkpoint, encode the prompt, generate, print."""
     import torch
 
+    from tinygpt import train as train_module
     from tinygpt.checkpoint import load_checkpoint
     from tinygpt.sample import generate
 
+    cli_checks.check_sample_args(args)
     ckpt = load_checkpoint(args.out)
     tokenizer = ckpt.tokenizer
     if tokenizer is None:
         raise ValueError(f"the checkpoint in {args.out} holds no tokenizer to encode a prompt")
-    if args.num_samples < 1:
-        raise ValueError(f"--num-samples must be at least 1, got {args.num_samples}")
     prompt = _unescape(args.prompt)
     try:
         ids = tokenizer.encode(prompt or "\n")  # an empty prompt starts from a newline
@@ -373,10 +395,14 @@ def run_sample(args: argparse.Namespace, argv: list[str]) -> int:
             raise ValueError(f"--stop {stop!r} is {len(found)} tokens of this tokenizer, not 1: "
                              "only single-token stop strings are supported")
         stops += found
+    device = train_module.resolve_device(args.device)
+    need = cli_checks.sample_memory(ckpt.model_config, args.num_samples, len(ids),
+                                    args.max_new_tokens)
+    cli_checks.check_memory(need, device.type if device.type == "cpu" else str(device),
+                            "sampling", "lower --num-samples or --max-new-tokens")
     try:
-        device = train_module.resolve_device(args.device)
         model = ckpt.model.to(device)
-    except RuntimeError as err:  # an unknown device type, or one this torch was not built for
+    except (RuntimeError, AssertionError) as err:  # a device this torch was not built for
         raise ValueError(f"--device {args.device}: {err}") from None
     idx = torch.tensor([ids] * args.num_samples, device=device)  # (B, T)
     generator = torch.Generator(device=device).manual_seed(args.seed)
@@ -397,6 +423,8 @@ def _explain(message: str) -> str:
     """Name the options of the fields a config's error message speaks of (learning_rate: --lr)."""
     if not re.search(r"\b(?:TrainConfig|GPTConfig)\.", message):
         return message
+    from tinygpt.train import TrainConfig
+
     fields = _fields(GPTConfig) + _fields(TrainConfig)
     names = [n for n in fields if re.search(rf"\b{n}\b", message)]
     flags = ", ".join(option_flags(n)[0] for n in names)
@@ -405,7 +433,17 @@ def _explain(message: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``tinygpt`` with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:  # at any moment, the import of torch included
+        print("tinygpt: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # stdout's reader went away: tinygpt sample | head
+        return cli_checks.quiet_broken_pipe()
+
+
+def _main(argv: list[str]) -> int:
+    """``main`` without its handling of Ctrl-C and of a closed stdout."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -414,14 +452,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    from tinygpt.train import TrainingDivergedError
+
     try:
-        return args.run(args, argv)
-    except KeyboardInterrupt:
-        print("tinygpt: interrupted", file=sys.stderr)
-        return 130
+        code = args.run(args, argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's last flush at exit
+        return code
     except TrainingDivergedError as err:
         print(f"tinygpt: error: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise
     except (ValueError, TypeError, OSError) as err:  # CheckpointError, DataNotFoundError...
         print(f"tinygpt: error: {_explain(str(err))}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as err:  # past the estimates of tinygpt.cli_checks
+        if not isinstance(err, MemoryError) and not re.search(
+                r"can't allocate memory|out of memory", str(err), re.IGNORECASE):
+            raise
+        print(f"tinygpt: error: out of memory ({type(err).__name__}); use smaller sizes",
+              file=sys.stderr)
         return 2

@@ -27,6 +27,7 @@ import os
 import re
 import tempfile
 import urllib.request
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,7 +143,11 @@ def _verified(path: Path, dataset: Dataset) -> Path:
 
 
 def _download(dataset: Dataset, target: Path) -> Path:
-    """Fetch ``dataset.url``, check it, and write it to ``target`` atomically."""
+    """Fetch ``dataset.url``, check it, and write it to ``target`` atomically.
+
+    If ``target``'s folder cannot be written, the checked download is not thrown away: it is
+    written to a new temporary folder instead, with a warning (it is not kept for next time).
+    """
     with urllib.request.urlopen(dataset.url, timeout=DOWNLOAD_TIMEOUT_S) as response:
         data = dataset.normalise(response.read())
     actual = hashlib.sha256(data).hexdigest()
@@ -151,6 +156,19 @@ def _download(dataset: Dataset, target: Path) -> Path:
             f"download of {dataset.filename} from {dataset.url} has SHA-256 {actual}, "
             f"expected {dataset.sha256}; nothing was saved"
         )
+    try:
+        return _write_atomically(data, target)
+    except OSError as error:
+        fallback = Path(tempfile.mkdtemp(prefix="tinygpt-")) / dataset.filename
+        _write_atomically(data, fallback)
+        warnings.warn(f"cannot write the cache {target.parent} ({error}); the download of "
+                      f"{dataset.filename} is used from {fallback}, which is not kept for next "
+                      "time: set TINYGPT_CACHE to a folder you can write", stacklevel=3)
+        return fallback
+
+
+def _write_atomically(data: bytes, target: Path) -> Path:
+    """Write ``data`` to ``target`` through a temporary file in its folder, then rename."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     try:
@@ -206,7 +224,7 @@ def load_text(name: str) -> str:
     """The text of a corpus (``"shakespeare"``) or of a data file (``"tinyshakespeare"``...)."""
     if name == "shakespeare":
         return shakespeare()
-    return get_path(name).read_text(encoding="utf-8")
+    return get_path(name).read_bytes().decode("utf-8")  # line ends kept as they are
 
 
 def split_train_val(seq: SliceableT, val_fraction: float = 0.1) -> tuple[SliceableT, SliceableT]:

@@ -130,7 +130,8 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     probs = torch.softmax(logits, dim=-1)  # (..., V)
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)  # (..., V)
     mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # (..., V)
-    keep_sorted = mass_before < p  # (..., V); position 0 has mass_before 0 < p
+    keep_sorted = mass_before < p  # (..., V)
+    keep_sorted[..., 0] = True  # the most likely token, even if a tiny p rounds to 0 in float32
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # back to id order
     return logits.masked_fill(~keep, float("-inf"))
 
@@ -167,6 +168,11 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
         return logits.argmax(dim=-1)  # (B,): the first maximum, so ties go to the lowest id
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()  # multinomial needs single or double precision
+    if temperature < 1e-3:  # logits / temperature could overflow to inf (inf - inf = nan):
+        # softmax ignores a shift, and with the largest logit at 0 the division cannot overflow;
+        # a temperature the dtype rounds to 0 becomes its smallest normal number (both ~greedy)
+        logits = logits - logits.amax(dim=-1, keepdim=True)  # (B, V)
+        temperature = max(temperature, torch.finfo(logits.dtype).tiny)
     probs = torch.softmax(process_logits(logits, temperature, top_k, top_p), dim=-1)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 

@@ -23,7 +23,54 @@ from typing import Literal
 
 import regex
 
-from tinygpt.bpe import Pair, encode_chunk, resolve_pattern, split_text, train_merges
+from tinygpt.bpe import (
+    GPT2_PATTERN,
+    GPT4_PATTERN,
+    Pair,
+    encode_chunk,
+    resolve_pattern,
+    split_text,
+    train_merges,
+)
+
+
+def _check_text(text: object) -> str:
+    """``text`` if it is a str that UTF-8 can encode; else TypeError, or ValueError naming the
+    position of the first lone surrogate (U+D800..U+DFFF: half of a UTF-16 pair, not text)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, not {type(text).__name__}")
+    bad = regex.search("[\ud800-\udfff]", text)
+    if bad:
+        raise ValueError(f"character U+{ord(bad.group()):04X} at position {bad.start()} is a "
+                         "lone surrogate, which is not text: UTF-8 cannot encode it")
+    return text
+
+
+def _uncovered(chunks: list[str], text: str) -> tuple[int, str] | None:
+    """``(position, characters)`` of the first part of ``text`` that ``chunks``, the matches
+    of a pre-split pattern in order, leave out; None if they join back to ``text``."""
+    pos = 0
+    for chunk in chunks:
+        start = text.index(chunk, pos)
+        if start > pos:
+            return pos, text[pos:start]
+        pos = start + len(chunk)
+    return (pos, text[pos:]) if pos < len(text) else None
+
+
+def _check_covered(chunks: list[str], text: str, pattern: str | None) -> list[str]:
+    """``chunks`` if they join back to ``text``; else a ValueError: a pattern that skips
+    characters would silently drop them from the tokens."""
+    if sum(map(len, chunks)) == len(text):
+        return chunks  # matches never overlap, so the same length means the whole text
+    gap = _uncovered(chunks, text)
+    if gap is None:
+        return chunks
+    pos, missing = gap
+    raise ValueError(f"the pre-split pattern {pattern!r} does not cover the text: "
+                     f"{missing[:20]!r} at position {pos} matches none of it and would be "
+                     "lost; use a pattern that matches every character (e.g. end it with "
+                     "|\\s+|.)")
 
 
 def _check_ids(ids: Iterable[int], size: int) -> list[int]:
@@ -151,8 +198,11 @@ class BPETokenizer:
                     and tokens[256 + i] == tokens[a] + tokens[b]):
                 raise ValueError(f"merge {i} ({a}, {b}) does not make token {256 + i}")
         for j, (name, idx) in enumerate(special_tokens.items()):
-            if idx != n + j or tokens[idx] != name.encode("utf-8"):
+            if idx != n + j:
                 raise ValueError(f"special token {name!r} must have id {n + j}, got {idx}")
+            if tokens[idx] != name.encode("utf-8"):
+                raise ValueError(f"token {idx}, special token {name!r}, must be the bytes of "
+                                 f"its name, got {tokens[idx]!r}")
         self.tokens: list[bytes] = tokens
         self.merges: list[Pair] = merges
         self.pattern: str | None = resolve_pattern(pattern)
@@ -162,6 +212,7 @@ class BPETokenizer:
         for i, t in enumerate(tokens[:n]):
             self._ranks.setdefault(t, i)
         self._split = regex.compile(self.pattern).findall if self.pattern else None
+        self._covers = self.pattern in (None, GPT2_PATTERN, GPT4_PATTERN)  # by construction
         self._cache: dict[str, list[int]] = {}
 
     # ----------------------------------------------------------------- building
@@ -175,8 +226,7 @@ class BPETokenizer:
         inside them. If the text runs out of pairs before enough merges are learned (a
         tiny text), the tokenizer has fewer tokens than asked: check ``vocab_size``.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        _check_text(text)
         specials = list(special_tokens)
         if isinstance(special_tokens, str) or not all(isinstance(t, str) and t for t in specials):
             raise TypeError("special_tokens must be an iterable of non-empty strings")
@@ -190,7 +240,9 @@ class BPETokenizer:
         pieces = [text]
         if specials:
             pieces = regex.split("|".join(regex.escape(s) for s in specials), text)
-        chunks = Counter(c for piece in pieces for c in split_text(piece, pattern))
+        rx = resolve_pattern(pattern)
+        chunks = Counter(c for piece in pieces
+                         for c in _check_covered(split_text(piece, rx), piece, rx))
         merges = train_merges(chunks, vocab_size - 256 - len(specials), progress=progress)
         tokens = [bytes([b]) for b in range(256)]
         for a, b in merges:
@@ -247,9 +299,10 @@ class BPETokenizer:
     # ----------------------------------------------------------------- encoding
     def encode_ordinary(self, text: str) -> list[int]:
         """Encode ``text`` with no special-token handling (a special token is plain text)."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        _check_text(text)
         chunks = self._split(text) if self._split else ([text] if text else [])
+        if not self._covers:
+            _check_covered(chunks, text, self.pattern)
         cache, ranks, out = self._cache, self._ranks, []
         for chunk in chunks:
             ids = cache.get(chunk)
@@ -271,8 +324,7 @@ class BPETokenizer:
         allowed) raises ValueError if it appears in the text. A special token in neither
         (``disallowed_special=()``) is encoded as ordinary text.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        _check_text(text)
         allowed = self._special_set(allowed_special, "allowed_special")
         if disallowed_special == "all":
             disallowed = set(self.special_tokens) - allowed

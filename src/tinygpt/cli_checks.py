@@ -1,0 +1,180 @@
+"""Checks the command line makes before it spends time or memory: devices, seeds, memory.
+
+It handles what ``tinygpt.cli`` must refuse with a one-line error before any work starts:
+
+* ``check_device``: ``--device`` must be one tinygpt runs on (``cpu``, ``cuda``, ``cuda:N``,
+  ``mps``, ``auto``) and be present on this machine (``meta``, ``xpu``, ``hpu``... are refused);
+* ``check_seed``: ``--seed`` must fit the 64 bits torch's generators take;
+* ``check_train_run`` and ``check_sample_args``: the checks of ``tinygpt train`` (seed, device,
+  memory) and of ``tinygpt sample``'s numbers and device, made before any work;
+* ``train_memory`` / ``sample_memory``: estimates, in bytes, of what a training run or a sampling
+  run will hold at its peak, and ``check_memory``, which refuses a run whose estimate exceeds the
+  memory available on its device (``available_memory``), printing both.
+
+The estimates are closed-form (no model is built): a training step holds the float32 weights,
+their gradients and AdamW's two moments (16 bytes a parameter), plus the activations kept for
+the backward pass of one micro-batch; sampling holds the weights, the key/value cache and the
+output ids. They are meant to be within a small factor of the truth, enough to refuse a run that
+cannot fit; a run that passes may still run out of memory if other programs take it.
+
+It does not validate the configs' own fields (``GPTConfig`` and ``TrainConfig`` do that).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+DEVICES = "cpu, cuda, cuda:N, mps or auto"
+SEED_RANGE = (0, 2**63 - 1)  # torch takes 64-bit seeds; training adds 1 + rank to its seed
+
+
+def check_device(name: str, flag: str = "--device") -> str:
+    """``name`` if it is a device tinygpt supports and this machine has; else ValueError."""
+    import torch
+
+    if not (name in ("cpu", "cuda", "mps", "auto") or re.fullmatch(r"cuda:\d+", name)):
+        raise ValueError(f"{flag} {name}: not a device tinygpt runs on; use {DEVICES}")
+    if name.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(name[5:] or 0)
+        if index >= count:
+            have = f"{count} CUDA device(s): cuda:0..cuda:{count - 1}" if count else "no CUDA"
+            raise ValueError(f"{flag} {name}: this machine has {have}; use cpu or auto")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{flag} mps: Apple's Metal (MPS) backend is not available here; "
+                         "use cpu or auto")
+    return name
+
+
+def check_seed(seed: int, flag: str = "--seed") -> int:
+    """``seed`` if it is in ``SEED_RANGE``; else a ValueError that gives the range."""
+    low, high = SEED_RANGE
+    if not low <= seed <= high:
+        raise ValueError(f"{flag} {seed}: a seed must be an integer from {low} to {high} "
+                         "(2**63 - 1)")
+    return seed
+
+
+def check_train_run(model_config, train_config) -> None:
+    """Refuse, before any work, a seed torch cannot take, an absent device, or a run whose
+    memory estimate exceeds what its device has free."""
+    check_seed(train_config.seed)
+    device = resolved(check_device(train_config.device))
+    need = train_memory(model_config, train_config)
+    check_memory(need, device, "training", "lower --n-layer, --n-embd, --block-size or "
+                 "--batch-size (--gradient-accumulation-steps keeps the batch)")
+
+
+def check_sample_args(args) -> None:
+    """``tinygpt sample``'s numbers and device, checked before the checkpoint is loaded."""
+    if args.num_samples < 1:
+        raise ValueError(f"--num-samples must be at least 1, got {args.num_samples}")
+    if args.max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be at least 0, got {args.max_new_tokens}")
+    if not (args.temperature >= 0 and math.isfinite(args.temperature)):
+        raise ValueError(f"--temperature must be a finite number >= 0 (0: greedy), got "
+                         f"{args.temperature}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
+    check_seed(args.seed)
+    check_device(args.device)
+
+
+def _size(n: float) -> str:
+    """``n`` bytes, readably: 12.3 MiB, 745 GiB, 2.03e+05 TiB."""
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} TiB"
+
+
+def train_memory(model_config, train_config) -> dict[str, int]:
+    """Peak bytes of a training step, by part: ``weights`` (weights, gradients and AdamW state,
+    16 bytes a float32 parameter), ``activations`` (kept for the backward pass of one
+    micro-batch, logits included) and ``total``."""
+    from tinygpt.model import num_parameters
+
+    c, b = model_config, train_config.batch_size
+    t, width, heads = c.block_size, c.n_embd, c.n_head
+    per_layer = 4 * b * t * (10 * width + 2 * c.mlp_width)  # (B, T, .) float32 tensors
+    if c.dropout > 0:  # attention weights and their dropout mask are kept: (B, H, T, T)
+        per_layer += 4 * b * heads * t * t * 3
+    logits = 4 * b * t * c.vocab_size * 3  # logits, their log-softmax and its gradient
+    weights = 16 * num_parameters(c)
+    activations = c.n_layer * per_layer + logits
+    return {"weights": weights, "activations": activations, "total": weights + activations}
+
+
+def sample_memory(model_config, num_samples: int, prompt_tokens: int,
+                  max_new_tokens: int) -> dict[str, int]:
+    """Peak bytes of ``generate``, by part: ``weights`` (float32), ``cache`` (keys and values
+    of every layer for ``num_samples`` rows), ``ids`` (the int64 output, prompt included) and
+    ``activations`` (one full forward pass when the context is rebuilt), and ``total``."""
+    from tinygpt.model import num_parameters
+
+    c, b = model_config, num_samples
+    t = min(c.block_size, prompt_tokens + max_new_tokens)
+    parts = {"weights": 4 * num_parameters(c),
+             "cache": c.n_layer * 2 * 4 * b * t * c.n_embd,
+             "ids": 8 * b * (prompt_tokens + max_new_tokens),
+             "activations": 4 * b * (t * (4 * c.n_embd + c.mlp_width) + c.vocab_size)}
+    return {**parts, "total": sum(parts.values())}
+
+
+def available_memory(device: str) -> int | None:
+    """Bytes free for a new run on ``device``: CUDA's free memory, or for the CPU Linux's
+    ``MemAvailable`` (within a cgroup's limit); None where it cannot be told."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    if device != "cpu":
+        return None
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        free = int(re.search(r"MemAvailable:\s+(\d+) kB", meminfo)[1]) * 1024
+    except (OSError, TypeError):
+        return None
+    try:  # a container's limit (cgroup v2)
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            free = min(free, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return free
+
+
+def check_memory(need: dict[str, int], device: str, what: str, hint: str) -> None:
+    """Refuse (ValueError) a run whose estimate ``need["total"]`` exceeds the free memory."""
+    free = available_memory(device)
+    if free is None or need["total"] <= free:
+        return
+    parts = ", ".join(f"{k} {_size(v)}" for k, v in need.items() if k != "total")
+    raise ValueError(f"{what} needs about {_size(need['total'])} of memory ({parts}), but "
+                     f"{device} has {_size(free)} available; {hint}")
+
+
+def resolved(device: str) -> str:
+    """``auto`` as the device it stands for (CUDA if available, else CPU)."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def quiet_broken_pipe() -> int:
+    """After stdout's reader went away (``tinygpt sample | head``): point stdout at /dev/null,
+    so that Python's final flush cannot fail again, and return 141 (128 + SIGPIPE), the code of
+    a shell command ended by a closed pipe; nothing is printed."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+    finally:
+        os.close(devnull)
+    return 141

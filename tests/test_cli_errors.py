@@ -1,0 +1,251 @@
+"""Issue 16, item 4: every path of the command line ends in a one-line error (exit 2), 130 for
+Ctrl-C at any moment, and a quiet exit when stdout's reader goes away. One test per finding."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tinygpt import cli_checks, data
+from tinygpt.cli import main, read_data
+from tinygpt.config import GPTConfig
+from tinygpt.sample import sample_next, top_p_filter
+from tinygpt.train import TrainConfig
+
+TEXT = "".join(f"{w} the {v} was {n} and more.\n" for w, v, n in zip(
+    ["first", "second", "third", "fourth", "fifth", "sixth"] * 5,
+    ["cat", "dog", "fox", "owl", "ant", "bee"] * 5, range(30)))
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
+        "--batch-size", "4", "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1",
+        "--warmup-iters", "1", "--quiet"]
+HUGE = str(10**12)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A checkpoint of a tiny char model trained for 2 steps on TEXT."""
+    folder = tmp_path_factory.mktemp("trained")
+    (folder / "corpus.txt").write_text(TEXT, encoding="utf-8")
+    assert main(["train", "--data", str(folder / "corpus.txt"), "--out", str(folder / "run"),
+                 *TINY]) == 0
+    return folder / "run"
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path
+
+
+def run(capsys, *argv: object) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, err: str, *words: str) -> None:
+    assert code == 2, err
+    assert err.startswith("tinygpt: error: ") and err.count("\n") == 1, err
+    for word in words:
+        assert word in err, (word, err)
+
+
+def child_env() -> dict[str, str]:
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    return {**os.environ, "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+
+
+# --- sampling arguments --------------------------------------------------------------------------
+
+def test_sample_temperature_1e_300_is_greedy_not_a_traceback(capsys, trained):
+    code, tiny, err = run(capsys, "sample", "--out", trained, "--temperature", "1e-300",
+                          "--max-new-tokens", "20", "--prompt", "the")
+    assert code == 0, err
+    code, greedy, err = run(capsys, "sample", "--out", trained, "--temperature", "0",
+                            "--max-new-tokens", "20", "--prompt", "the")
+    assert code == 0 and tiny == greedy
+    logits = torch.randn(8, 50, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(sample_next(logits, 1e-300), logits.argmax(-1))
+
+
+def test_sample_top_p_1e_300_keeps_the_most_likely_token(capsys, trained):
+    logits = torch.randn(8, 50, generator=torch.Generator().manual_seed(0))
+    kept = torch.isfinite(top_p_filter(logits, 1e-300))  # (8, 50)
+    assert kept.sum(-1).tolist() == [1] * 8
+    assert torch.equal(kept.float().argmax(-1), logits.argmax(-1))
+    code, out, err = run(capsys, "sample", "--out", trained, "--top-p", "1e-300",
+                         "--max-new-tokens", "20", "--prompt", "the")
+    assert code == 0, err
+    code, greedy, err = run(capsys, "sample", "--out", trained, "--temperature", "0",
+                            "--max-new-tokens", "20", "--prompt", "the")
+    assert out == greedy
+
+
+@pytest.mark.parametrize("device", ["meta", "xpu", "hpu", "tpu", "cuda:99"])
+def test_sample_unsupported_or_absent_device_is_a_one_line_error(capsys, trained, device):
+    code, _, err = run(capsys, "sample", "--out", trained, "--device", device,
+                       "--max-new-tokens", "5")
+    assert_one_line_error(code, err, f"--device {device}")
+
+
+@pytest.mark.parametrize("option", ["--max-new-tokens", "--num-samples"])
+def test_sample_huge_sizes_are_refused_with_a_memory_estimate(capsys, trained, option):
+    code, _, err = run(capsys, "sample", "--out", trained, option, HUGE)
+    assert_one_line_error(code, err, "sampling needs about", "available", option)
+
+
+def test_train_unavailable_device_is_a_one_line_error(capsys, corpus, tmp_path):
+    for device in ("meta", "hpu", "cuda:99"):
+        code, _, err = run(capsys, "train", "--data", corpus, "--out", tmp_path / "o", *TINY,
+                           "--device", device)
+        assert_one_line_error(code, err, device)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("option", ["--n-embd", "--batch-size", "--n-layer"])
+def test_train_huge_sizes_are_refused_with_a_memory_estimate(capsys, corpus, tmp_path, option):
+    sizes = dict(zip(TINY[0:8:2], TINY[1:8:2], strict=True)) | {option: HUGE, "--n-head": "1"}
+    code, _, err = run(capsys, "train", "--data", corpus, "--out", tmp_path / "o", *TINY[8:],
+                       *[x for kv in sizes.items() for x in kv])
+    assert_one_line_error(code, err, "training needs about", "available", option)
+
+
+def test_memory_estimate_grows_with_every_size_and_is_refused_past_the_free_memory():
+    base_model, base_train = GPTConfig(vocab_size=65), TrainConfig(batch_size=12)
+    base = cli_checks.train_memory(base_model, base_train)["total"]
+    for model, train in [(GPTConfig(vocab_size=65, n_layer=8), base_train),
+                         (GPTConfig(vocab_size=65, n_embd=256), base_train),
+                         (base_model, TrainConfig(batch_size=24))]:
+        assert cli_checks.train_memory(model, train)["total"] > base
+    free = cli_checks.available_memory("cpu")
+    assert free is not None and free > 0
+    with pytest.raises(ValueError, match="available"):
+        cli_checks.check_memory({"total": free + 1}, "cpu", "training", "lower the sizes")
+    cli_checks.check_memory({"total": 1}, "cpu", "training", "lower the sizes")
+
+
+@pytest.mark.parametrize("command", ["train", "sample"])
+def test_seed_1e29_gives_the_range(capsys, corpus, trained, tmp_path, command):
+    extra = (["--data", corpus, "--out", tmp_path / "o", *TINY] if command == "train"
+             else ["--out", trained])
+    code, _, err = run(capsys, command, *extra, "--seed", 10**29)
+    assert_one_line_error(code, err, "--seed", "from 0 to 9223372036854775807")
+
+
+# --- Ctrl-C and a closed pipe --------------------------------------------------------------------
+
+def test_importing_the_cli_does_not_import_torch():
+    """torch (a second or two) is imported inside main, where Ctrl-C gives 130."""
+    code = "import sys, tinygpt.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=child_env(), check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_ctrl_c_in_the_first_second_exits_130_without_a_traceback(trained):
+    """Ctrl-C from the moment tinygpt's own code runs: while torch is imported (no delay), the
+    checkpoint loaded, or sampling. The child says "ready" once ``tinygpt.__main__`` (what the
+    ``tinygpt`` script and ``python -m tinygpt`` run first) is imported, before anything else."""
+    start = ("import sys, tinygpt.__main__ as m; sys.stderr.write('ready\\n'); "
+             "sys.stderr.flush(); sys.exit(m.run())")
+    for delay in (0.0, 0.3):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", start, "sample", "--out", str(trained),
+             "--max-new-tokens", "1000000"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env())
+        assert proc.stderr.readline() == "ready\n"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 130, (delay, err)
+        assert err == "tinygpt: interrupted\n", (delay, err)
+
+
+def test_keyboard_interrupt_while_building_the_parser_is_130(capsys, monkeypatch):
+    def interrupted():
+        raise KeyboardInterrupt
+    monkeypatch.setattr("tinygpt.cli.build_parser", interrupted)
+    assert main(["sample", "--out", "x"]) == 130
+    assert capsys.readouterr().err == "tinygpt: interrupted\n"
+
+
+def test_sample_piped_into_head_exits_quietly_with_141(trained):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tinygpt", "sample", "--out", str(trained), "--num-samples", "50",
+         "--max-new-tokens", "2000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
+    assert proc.stdout.read(10)  # what head -c 10 reads, then it goes away
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == ""
+
+
+# --- --data --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["/dev/null", "fifo", "folder"])
+def test_data_that_is_not_a_regular_file_says_so(capsys, tmp_path, kind):
+    path = {"/dev/null": Path("/dev/null"), "fifo": tmp_path / "fifo",
+            "folder": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    code, _, err = run(capsys, "train", "--data", path, "--out", tmp_path / "o", *TINY)
+    assert_one_line_error(code, err, str(path), "folder" if kind == "folder" else
+                          "not a regular file")
+    assert "no such file" not in err
+
+
+def test_unreadable_data_file_says_permission_denied(capsys, corpus, tmp_path, monkeypatch):
+    def denied(self):  # chmod 000 does not stop root, who may run the tests
+        raise PermissionError(13, "Permission denied", str(self))
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    code, _, err = run(capsys, "train", "--data", corpus, "--out", tmp_path / "o", *TINY)
+    assert_one_line_error(code, err, "permission denied", str(corpus))
+    assert "JSON" not in err
+
+
+def test_crlf_and_cr_in_training_text_are_kept(tmp_path):
+    path = tmp_path / "dos.txt"
+    path.write_bytes(b"one\r\ntwo\rthree\n")
+    text, _ = read_data(str(path))
+    assert text.encode("utf-8") == path.read_bytes()
+
+
+# --- the download cache --------------------------------------------------------------------------
+
+def test_cache_folder_that_cannot_be_written_keeps_the_download(tmp_path, monkeypatch):
+    served = tmp_path / "served"
+    served.mkdir()
+    content = b"downloaded text\n"
+    (served / "toy.txt").write_bytes(content)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *args: None  # type: ignore[method-assign]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        blocker = tmp_path / "a-file"
+        blocker.write_text("not a folder")
+        monkeypatch.setenv("TINYGPT_DATA", str(tmp_path / "nothing-here"))
+        monkeypatch.setenv("TINYGPT_CACHE", str(blocker / "cache"))  # cannot be created
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/toy.txt"
+        toy = data.Dataset("toy.txt", hashlib.sha256(content).hexdigest(), url, "")
+        monkeypatch.setattr(data, "DATASETS", {**data.DATASETS, "toy": toy})
+        with pytest.warns(UserWarning, match="cannot write the cache"):
+            path = data.get_path("toy")
+        assert path.read_bytes() == content and blocker.read_text() == "not a folder"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
