@@ -479,3 +479,19 @@ def test_a_save_that_fails_midway_names_the_folder_and_what_was_kept(tmp_path, m
         save_tiny(tmp_path / "ck", step=2)
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == before
     assert load_checkpoint(tmp_path / "ck").step == 1
+
+
+def test_an_unreadable_checkpoint_file_says_permission_denied(capsys, tmp_path, monkeypatch):
+    # As root, chmod 000 does not stop a read, so the refusal the OS would give is simulated.
+    save_tiny(tmp_path / "ck")
+    real_open = os.open
+
+    def refuse_manifest(path, *args, **kwargs):
+        if Path(path).name == "checkpoint.json":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse_manifest)
+    code, _, err = run(capsys, "sample", "--out", tmp_path / "ck", "--max-new-tokens", 5)
+    assert code == 2 and err.startswith("tinygpt: error: ") and "Traceback" not in err
+    assert "checkpoint.json" in err and "Permission denied" in err and "JSON" not in err

@@ -69,16 +69,8 @@ class Checkpoint:
 
 def unique_tensors(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]:
     """The model's state dict with each shared tensor once, and ``{alias: stored name}``."""
-    tensors: dict[str, Tensor] = {}
-    aliases: dict[str, str] = {}
-    seen: dict[int, str] = {}
-    for name, t in model.state_dict(keep_vars=True).items():  # a tied tensor: the same object
-        if id(t) in seen:
-            aliases[name] = seen[id(t)]
-        else:
-            seen[id(t)] = name
-            tensors[name] = t.detach().cpu().contiguous()
-    return tensors, aliases
+    tensors, aliases = ckptcheck.distinct_tensors(model)
+    return {name: t.detach().cpu().contiguous() for name, t in tensors.items()}, aliases
 
 
 def checkpoint_bytes(model: nn.Module, optimizer: bool = True) -> int:

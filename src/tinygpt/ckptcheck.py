@@ -34,12 +34,9 @@ def non_finite(tensors: dict[str, Tensor]) -> str | None:
     return None
 
 
-def layout(config: GPTConfig) -> tuple[Layout, dict[str, str]]:
-    """``{name: (dtype, shape)}`` of a model's stored tensors and its aliases, from the config
-    alone (built on the meta device: nothing is allocated, however large the config)."""
-    with torch.device("meta"):
-        model = GPT(config)
-    found: Layout = {}
+def distinct_tensors(model: torch.nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """The model's state dict with each shared (tied) tensor once, and ``{alias: stored name}``."""
+    tensors: dict[str, Tensor] = {}
     aliases: dict[str, str] = {}
     seen: dict[int, str] = {}
     for name, t in model.state_dict(keep_vars=True).items():  # a tied tensor: the same object
@@ -47,7 +44,18 @@ def layout(config: GPTConfig) -> tuple[Layout, dict[str, str]]:
             aliases[name] = seen[id(t)]
         else:
             seen[id(t)] = name
-            found[name] = (DTYPES.get(t.dtype, str(t.dtype)), tuple(t.shape))
+            tensors[name] = t
+    return tensors, aliases
+
+
+def layout(config: GPTConfig) -> tuple[Layout, dict[str, str]]:
+    """``{name: (dtype, shape)}`` of a model's stored tensors and its aliases, from the config
+    alone (built on the meta device: nothing is allocated, however large the config)."""
+    with torch.device("meta"):
+        model = GPT(config)
+    tensors, aliases = distinct_tensors(model)
+    found: Layout = {name: (DTYPES.get(t.dtype, str(t.dtype)), tuple(t.shape))
+                     for name, t in tensors.items()}
     return found, aliases
 
 
