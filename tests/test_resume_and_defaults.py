@@ -1,6 +1,6 @@
-"""Issue 17, package side of chapters 8-10: resuming never stretches a learning-rate schedule,
-bf16 is refused on GPUs that only emulate it, and ``generate``'s default ``keep`` rebuilds the
-key/value cache every ``block_size // 2`` tokens or so, not every other token."""
+"""Rules that chapters 8-10 state: resuming never stretches a learning-rate schedule, bf16 is
+refused on GPUs that only emulate it, and ``generate``'s default ``keep`` rebuilds the key/value
+cache every ``block_size // 2`` tokens or so, not every other token."""
 
 from __future__ import annotations
 
