@@ -1,7 +1,7 @@
-"""Tests for issue 16's checkpoint findings: the --out folder belongs to tinygpt and nothing else
-in it is touched, saves are atomic for readers and locked against a second trainer, every file is
+"""A user's files are never lost: the --out folder belongs to tinygpt and nothing else in it is
+touched, saves are atomic for readers and locked against a second trainer, every file is
 checksummed and validated before anything is allocated, and a diverged run keeps its last good
-checkpoint. One test per finding, in the order of the issue."""
+checkpoint. One test per way a file could be lost or a bad checkpoint read."""
 
 from __future__ import annotations
 
