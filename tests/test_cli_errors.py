@@ -249,3 +249,36 @@ def test_cache_folder_that_cannot_be_written_keeps_the_download(tmp_path, monkey
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+IGNORED_INTERRUPT = """
+import sys, time, weakref
+if sys.argv[1] == "redeliver":
+    import tinygpt.__main__
+    tinygpt.__main__.redeliver_ignored_interrupts()
+
+class Thing:
+    pass
+
+def callback(_):
+    raise KeyboardInterrupt  # Python reports and drops an exception raised here
+
+thing = Thing()
+ref = weakref.ref(thing, callback)
+try:
+    del thing
+    for _ in range(500):  # up to 5 s for an interrupt to arrive
+        time.sleep(0.01)
+    print("went on")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+@pytest.mark.parametrize("mode, expected", [("plain", "went on"), ("redeliver", "interrupted")])
+def test_a_ctrl_c_that_python_would_drop_is_delivered_again(mode, expected):
+    """Once seen in CI: Ctrl-C inside the import machinery's weakref callback was dropped and
+    `tinygpt sample` went on to exit 0. Plain Python drops it; tinygpt's entry point does not."""
+    out = subprocess.run([sys.executable, "-c", IGNORED_INTERRUPT, mode], capture_output=True,
+                         text=True, env=child_env(), timeout=60, check=False)
+    assert out.stdout.strip() == expected, (out.stdout, out.stderr)

@@ -3,15 +3,42 @@
 ``run`` is also the ``tinygpt`` script's entry point: it imports ``tinygpt.cli`` inside a
 ``try``, so that Ctrl-C while Python is still importing gives exit code 130 and one line, not
 a traceback. (The first tenth of a second or so, while Python itself starts, is Python's own.)
+A Ctrl-C that lands in a callback Python runs on the side (a weak-reference callback of the
+import machinery, say) is dropped by Python with an "Exception ignored" message; ``run`` sends
+such an interrupt again, so that it stops the command as any other does.
 """
 
 import os
 import signal
 import sys
+import threading
+import time
+
+
+def _interrupt_soon() -> None:
+    time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def redeliver_ignored_interrupts() -> None:
+    """Make a KeyboardInterrupt that Python would drop (raised inside a callback whose errors
+    are only reported, through ``sys.unraisablehook``) arrive again, as a new SIGINT."""
+    report = sys.unraisablehook
+
+    def hook(unraisable) -> None:  # type: ignore[no-untyped-def]
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):  # sent from another thread, a
+            # moment later, so that it arrives after this hook has returned (if it lands in such
+            # a callback again, this hook sends it again)
+            threading.Thread(target=_interrupt_soon, daemon=True).start()
+        else:
+            report(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def run() -> int:
     """Import the command line and run it on ``sys.argv[1:]``; return the exit code."""
+    redeliver_ignored_interrupts()
     try:
         from tinygpt.cli import main
 

@@ -200,14 +200,16 @@ def _current(out: Path) -> dict[str, Any]:
 
 # --- loading -------------------------------------------------------------------------------------
 
-def _tokenizer(raw: dict[str, Any] | None, folder: Path) -> CharTokenizer | BPETokenizer | None:
+def _tokenizer(raw: dict[str, Any] | None, folder: Path,
+               blobs: dict[str, bytes]) -> CharTokenizer | BPETokenizer | None:
     if raw is None:
         return None
     if raw.get("type") == "char":
         return CharTokenizer(raw["chars"])
-    if raw.get("type") == "bpe":
-        return BPETokenizer.load(folder / raw["file"])
-    raise CheckpointError(f"{folder / META_FILE}: unknown tokenizer type {raw.get('type')!r}")
+    if raw.get("type") == "bpe" and raw.get("file") in blobs:  # read and checked with the rest
+        return BPETokenizer.load(folder / raw["file"], data=blobs[raw["file"]])
+    raise CheckpointError(f"{folder / META_FILE}: unknown tokenizer type {raw.get('type')!r} "
+                          "or a tokenizer file the manifest does not list")
 
 
 def _build_model(config: GPTConfig, tensors: dict[str, Tensor]) -> GPT:
@@ -288,22 +290,32 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
         version = folder / meta["folder"]
         if not ckptio.is_own(meta["folder"]) or "/" in meta["folder"]:
             raise CheckpointError(f"{meta_path}: names {meta['folder']!r}, not a version folder")
-        layout = ckptcheck.layout(model_config)  # before anything is read: sizes follow from it
-        weights = sum(ckptcheck.SIZES.get(dtype, 8) * ckptcheck.numel(shape)
-                      for dtype, shape in layout[0].values())
-        limits = {MODEL_FILE: weights + 2**20, OPTIMIZER_FILE: 3 * weights + 2**20}
-        blobs = {}
-        for name, entry in files.items():
+        for name in files:
             if name not in ckptio.VERSION_FILES:
                 raise CheckpointError(f"{meta_path}: names an unknown file {name!r}")
-            path, size = version / name, int(entry["size"])
-            if size > limits.get(name, _MAX_JSON):
-                raise CheckpointError(f"{path}: {size} bytes, more than a checkpoint of this "
-                                      f"model config can hold ({limits.get(name, _MAX_JSON)})")
-            blobs[name] = ckptio.read_regular(path, size=size)
-            if hashlib.sha256(blobs[name]).hexdigest() != entry["sha256"]:
-                raise CheckpointError(f"{path}: its SHA-256 differs from the one in {META_FILE}: "
-                                      f"the file is truncated or corrupt ({size} bytes)")
+        # Open every file at once: a save that replaces this version can remove the files, but
+        # not what is open; the contents are read after the sizes are known to be sane.
+        fds = {name: ckptio.open_regular(version / name) for name in files}
+        try:
+            layout = ckptcheck.layout(model_config)  # sizes follow from it, before any read
+            weights = sum(ckptcheck.SIZES.get(dtype, 8) * ckptcheck.numel(shape)
+                          for dtype, shape in layout[0].values())
+            limits = {MODEL_FILE: weights + 2**20, OPTIMIZER_FILE: 3 * weights + 2**20}
+            blobs = {}
+            for name, entry in files.items():
+                path, size = version / name, int(entry["size"])
+                if size > limits.get(name, _MAX_JSON):
+                    raise CheckpointError(f"{path}: {size} bytes, more than a checkpoint of "
+                                          f"this model config can hold "
+                                          f"({limits.get(name, _MAX_JSON)})")
+                blobs[name] = ckptio.read_regular(path, size=size, fd=fds.pop(name))
+                if hashlib.sha256(blobs[name]).hexdigest() != entry["sha256"]:
+                    raise CheckpointError(f"{path}: its SHA-256 differs from the one in "
+                                          f"{META_FILE}: the file is truncated or corrupt "
+                                          f"({size} bytes)")
+        finally:
+            for fd in fds.values():  # those not read: an error came first
+                os.close(fd)
         if MODEL_FILE not in blobs:
             raise CheckpointError(f"{meta_path}: names no {MODEL_FILE}")
         ckptcheck.check_model_file(blobs[MODEL_FILE], version / MODEL_FILE, model_config,
@@ -317,7 +329,7 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
             opt_tensors = ckptcheck.tensors(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE)
         model = _build_model(model_config,
                              ckptcheck.tensors(blobs[MODEL_FILE], version / MODEL_FILE))
-        tokenizer = _tokenizer(meta["tokenizer"], version)
+        tokenizer = _tokenizer(meta["tokenizer"], version, blobs)
         if not isinstance(meta["history"], list):
             raise TypeError("history is not a list")
         return Checkpoint(

@@ -121,20 +121,29 @@ def swap_manifest(out: Path, data: bytes) -> None:
     fsync_dir(out)
 
 
-def read_regular(path: Path, *, max_size: int | None = None, size: int | None = None) -> bytes:
-    """The bytes of a regular file, refusing anything else (FIFO, device, folder) before reading
-    and checking its length (``size`` exactly, or at most ``max_size``) before allocating."""
+def open_regular(path: Path) -> int:
+    """A read-only descriptor of ``path``, refusing anything but a regular file (FIFO, device,
+    folder) without reading. Once open, the file can be read even if a save removes it."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO does not block
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing") from None
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read it ({err.strerror or err})") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise CheckpointError(f"{path}: not a regular file (a folder, device, FIFO or socket); "
                               "a checkpoint holds regular files only")
+    return fd
+
+
+def read_regular(path: Path, *, max_size: int | None = None, size: int | None = None,
+                 fd: int | None = None) -> bytes:
+    """The bytes of a regular file (``fd``, from :func:`open_regular`, if it is open already),
+    checking its length (``size`` exactly, or at most ``max_size``) before allocating."""
+    if fd is None:
+        fd = open_regular(path)
+    info = os.fstat(fd)
     with os.fdopen(fd, "rb") as f:
         if size is not None and info.st_size != size:
             raise CheckpointError(f"{path}: {info.st_size} bytes, but the manifest says {size}: "

@@ -398,10 +398,14 @@ class BPETokenizer:
         vocab_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, path: str | Path) -> BPETokenizer:
-        """Read a tokenizer written by :meth:`save`; ValueError naming the file if it is not one."""
+    def load(cls, path: str | Path, data: bytes | None = None) -> BPETokenizer:
+        """Read a tokenizer written by :meth:`save`; ValueError naming the file if it is not one.
+
+        ``data``: the file's bytes, when the caller has read (and checked) them already.
+        """
         try:
-            model = json.loads(Path(path).read_text(encoding="utf-8"))
+            raw = Path(path).read_bytes() if data is None else data
+            model = json.loads(raw.decode("utf-8"))
             if not isinstance(model, dict) or model.get("format") != _FORMAT:
                 raise ValueError(f"not a {_FORMAT} model file")
             if model.get("version") != _VERSION:
