@@ -15,6 +15,8 @@ This module does not decide where files are looked for; ``tinygpt.data`` does.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -73,3 +75,26 @@ def random_ids(n: int, V: int, seed: int) -> list[int]:
 
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, V, (n,), generator=g).tolist()
+
+
+def run_cli(capsys, *argv: object) -> tuple[int, str, str]:
+    """``tinygpt ARGV`` in this process: (exit code, stdout, stderr)."""
+    from tinygpt.cli import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def rewrite_manifest(folder: Path, change: Callable[[dict], object], checksum: bool = True) -> None:
+    """Edit a checkpoint's manifest with ``change``; with ``checksum``, recompute its checksum
+    as a deliberate (or hostile) editor would, so that the checks behind the checksum are
+    tested."""
+    meta = json.loads((folder / "checkpoint.json").read_text())
+    change(meta)
+    meta.pop("checksum")
+    if checksum:
+        canonical = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+        meta["checksum"] = hashlib.sha256(canonical).hexdigest()
+    (folder / "checkpoint.json").write_text(json.dumps(meta))
+

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import rewrite_manifest as edit_json
 
 import tinygpt
 from tinygpt.checkpoint import (
@@ -146,18 +147,6 @@ def test_import_tinygpt_stays_light():
 
 
 # --- damaged folders -----------------------------------------------------------------------------
-
-def edit_json(folder: Path, change, checksum: bool = True) -> None:
-    """Change the manifest; with ``checksum``, recompute its checksum as a deliberate (or
-    hostile) editor would, so that the checks behind the checksum are tested."""
-    meta = json.loads((folder / "checkpoint.json").read_text())
-    change(meta)
-    meta.pop("checksum")
-    if checksum:
-        canonical = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
-        meta["checksum"] = hashlib.sha256(canonical).hexdigest()
-    (folder / "checkpoint.json").write_text(json.dumps(meta))
-
 
 def replace_file(folder: Path, name: str, data: bytes, manifest: bool = True) -> None:
     """Replace a file of the checkpoint; with ``manifest``, update its size and SHA-256 there."""

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import rewrite_manifest
+from conftest import run_cli as run
 
 import tinygpt
 from tinygpt import ckptio
 from tinygpt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tinygpt.cli import main
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
@@ -43,12 +44,6 @@ def data(tmp_path: Path) -> Path:
     return path
 
 
-def run(capsys, *argv: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def train_cli(capsys, data: Path, out: object, *extra: object) -> tuple[int, str, str]:
     return run(capsys, "train", "--data", data, "--out", out, *TINY, *extra)
 
@@ -67,17 +62,6 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 def version_dir(folder: Path) -> Path:
     return folder / json.loads((folder / "checkpoint.json").read_text())["folder"]
-
-
-def rewrite_manifest(folder: Path, change, checksum: bool = True) -> None:
-    """Edit the manifest; with ``checksum``, recompute its checksum as a hostile editor would."""
-    meta = json.loads((folder / "checkpoint.json").read_text())
-    change(meta)
-    meta.pop("checksum")
-    if checksum:
-        canonical = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
-        meta["checksum"] = hashlib.sha256(canonical).hexdigest()
-    (folder / "checkpoint.json").write_text(json.dumps(meta))
 
 
 def replace_listed(folder: Path, name: str, data: bytes) -> None:

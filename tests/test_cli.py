@@ -17,6 +17,7 @@ from typing import Literal
 
 import pytest
 import torch
+from conftest import run_cli as run
 
 import tinygpt
 from tinygpt.checkpoint import load_checkpoint
@@ -51,12 +52,6 @@ def trained(tmp_path_factory) -> Path:
     assert main(["train", "--data", str(folder / "corpus.txt"), "--out", str(folder / "run"),
                  *TINY]) == 0
     return folder / "run"
-
-
-def run(capsys, *argv: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def train_tiny(capsys, corpus: Path, out: Path, *extra: object) -> str:

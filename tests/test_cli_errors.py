@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_cli as run
 
 from tinygpt import cli_checks, data
 from tinygpt.cli import main, read_data
@@ -47,12 +48,6 @@ def corpus(tmp_path: Path) -> Path:
     path = tmp_path / "corpus.txt"
     path.write_text(TEXT, encoding="utf-8")
     return path
-
-
-def run(capsys, *argv: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_one_line_error(code: int, err: str, *words: str) -> None:
