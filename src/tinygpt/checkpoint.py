@@ -76,7 +76,7 @@ def unique_tensors(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]
 def checkpoint_bytes(model: nn.Module, optimizer: bool = True) -> int:
     """About how many bytes a checkpoint of ``model`` takes: the weights, and AdamW's two
     moments per weight (``optimizer``), plus headers, JSON and tokenizer (1 MiB)."""
-    tensors, _ = unique_tensors(model)
+    tensors, _ = ckptcheck.distinct_tensors(model)  # counted where they are: nothing is copied
     weights = sum(t.numel() * t.element_size() for t in tensors.values())
     return weights * (3 if optimizer else 1) + 2**20
 

@@ -62,7 +62,9 @@ def check_train_run(model_config, train_config) -> None:
     """Refuse, before any work, a seed torch cannot take, an absent device, or a run whose
     memory estimate exceeds what its device has free."""
     check_seed(train_config.seed)
-    device = resolved(check_device(train_config.device))
+    from tinygpt.train import resolve_device
+
+    device = str(resolve_device(check_device(train_config.device)))  # "auto": cuda or cpu
     need = train_memory(model_config, train_config)
     check_memory(need, device, "training", "lower --n-layer, --n-embd, --block-size or "
                  "--batch-size (--gradient-accumulation-steps keeps the batch)")
@@ -157,15 +159,6 @@ def check_memory(need: dict[str, int], device: str, what: str, hint: str) -> Non
     parts = ", ".join(f"{k} {_size(v)}" for k, v in need.items() if k != "total")
     raise ValueError(f"{what} needs about {_size(need['total'])} of memory ({parts}), but "
                      f"{device} has {_size(free)} available; {hint}")
-
-
-def resolved(device: str) -> str:
-    """``auto`` as the device it stands for (CUDA if available, else CPU)."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def quiet_broken_pipe() -> int:

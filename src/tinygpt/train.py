@@ -582,11 +582,12 @@ def _unsaveable(model: GPT, optimizer: torch.optim.Optimizer, x: Tensor, y: Tens
                 amp: str) -> str | None:
     """Why the model must not be saved (its weights or AdamW's state hold an inf or a NaN, or
     the last batch's loss under these weights is not finite), else None. RNGs are not used."""
-    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+    from tinygpt.ckptcheck import non_finite
+
+    if non_finite(dict(model.named_parameters())):
         return "hold an inf or a NaN"
     for state in optimizer.state.values():
-        if not all(bool(torch.isfinite(t).all()) for t in state.values()
-                   if isinstance(t, Tensor) and t.is_floating_point()):
+        if non_finite({k: t for k, t in state.items() if isinstance(t, Tensor)}):
             return "have AdamW moments holding an inf or a NaN"
     device = next(model.parameters()).device
     was_training = model.training
