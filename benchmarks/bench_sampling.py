@@ -43,7 +43,8 @@ import time
 import torch
 from _hf import hf_copy  # benchmarks/_hf.py: the same weights in GPT2LMHeadModel
 
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.config import GPTConfig
+from tinygpt.model import GPT
 from tinygpt.sample import context_schedule, generate
 
 MODELS = {

@@ -79,10 +79,11 @@ import torch
 import torch.nn.functional as F
 from _hf import hf_copy  # benchmarks/_hf.py: the same weights in GPT2LMHeadModel
 
+from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.data import load_text
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.model import GPT
 from tinygpt.tokenizer import CharTokenizer
-from tinygpt.train import TrainConfig, configure_optimizer, get_batch, train
+from tinygpt.train import configure_optimizer, get_batch, train
 
 TARGET = 1.8857  # nanoGPT's validation loss at iteration 2000 on this configuration
 LOG = Path(__file__).with_name("speedrun_log.json")

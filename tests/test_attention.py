@@ -239,7 +239,8 @@ def test_config_defaults_and_validation():
         dataclasses.replace(c, n_embd=10, n_head=4)
     for field, bad in [("vocab_size", 0), ("block_size", -1), ("n_layer", 2.0),
                        ("n_head", True), ("n_embd", "64")]:
-        with pytest.raises(ValueError, match=f"GPTConfig.{field} must be a positive integer"):
+        error = ValueError if type(bad) is int else TypeError  # a wrong type is a TypeError
+        with pytest.raises(error, match=f"GPTConfig.{field} must be a positive integer"):
             GPTConfig(**{field: bad})
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):

@@ -29,10 +29,10 @@ from tinygpt.checkpoint import (
     save_checkpoint,
     unique_tensors,
 )
-from tinygpt.config import GPTConfig
+from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
-from tinygpt.train import TrainConfig, configure_optimizer
+from tinygpt.train import configure_optimizer
 
 CONFIG = GPTConfig(vocab_size=40, block_size=8, n_layer=1, n_head=2, n_embd=8)
 TRAIN_CONFIG = TrainConfig(batch_size=2, max_iters=5)

@@ -23,10 +23,10 @@ from conftest import run_cli as run
 import tinygpt
 from tinygpt import ckptio
 from tinygpt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tinygpt.config import GPTConfig
+from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
-from tinygpt.train import TrainConfig, configure_optimizer, train
+from tinygpt.train import configure_optimizer, train
 
 TEXT = "".join(f"{w} the {v} was {n} and more.\n" for w, v, n in zip(
     ["first", "second", "third", "fourth", "fifth", "sixth"] * 5,
@@ -267,7 +267,8 @@ WRITER = textwrap.dedent("""
     from tinygpt.checkpoint import save_checkpoint
     from tinygpt.config import GPTConfig
     from tinygpt.model import GPT
-    from tinygpt.train import TrainConfig, configure_optimizer
+    from tinygpt.train import configure_optimizer
+    from tinygpt.config import TrainConfig
 
     config = GPTConfig(vocab_size=12, block_size=8, n_layer=1, n_head=2, n_embd=8)
     model = GPT(config)

@@ -22,11 +22,10 @@ from conftest import run_cli as run
 import tinygpt
 from tinygpt.checkpoint import load_checkpoint
 from tinygpt.cli import attribute_docs, dataclass_options, main
-from tinygpt.config import GPTConfig
+from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.data import split_train_val
 from tinygpt.sample import generate
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
-from tinygpt.train import TrainConfig
 
 TEXT = "".join(f"{w} the {v} was {n} and more.\n" for w, v, n in zip(
     ["first", "second", "third", "fourth", "fifth", "sixth"] * 5,

@@ -20,9 +20,8 @@ from conftest import run_cli as run
 
 from tinygpt import cli_checks, data
 from tinygpt.cli import main, read_data
-from tinygpt.config import GPTConfig
+from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.sample import sample_next, top_p_filter
-from tinygpt.train import TrainConfig
 
 TEXT = "".join(f"{w} the {v} was {n} and more.\n" for w, v, n in zip(
     ["first", "second", "third", "fourth", "fifth", "sixth"] * 5,

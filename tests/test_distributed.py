@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.config import GPTConfig
+from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.distributed import (
     DistContext,
     all_reduce_mean,
@@ -32,7 +32,7 @@ from tinygpt.distributed import (
     rng_key,
     saved_world_size,
 )
-from tinygpt.train import TrainConfig, train
+from tinygpt.train import train
 
 TEXT = "the quick brown fox jumps over the lazy dog; a lazy dog sleeps in the sun. " * 30
 IDS = torch.tensor([ord(c) % 32 for c in TEXT])
@@ -50,7 +50,8 @@ import torch
 import tinygpt.checkpoint
 from dataclasses import replace
 from tinygpt.config import GPTConfig
-from tinygpt.train import TrainConfig, train
+from tinygpt.train import train
+from tinygpt.config import TrainConfig
 
 out, rank = sys.argv[1], int(os.environ["RANK"])
 real_save = tinygpt.checkpoint.save_checkpoint

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinygpt.embedding import Embeddings, check_token_ids, sinusoidal_positions
+from tinygpt.checks import check_token_ids
+from tinygpt.embedding import Embeddings, sinusoidal_positions
 
 FAST = settings(max_examples=40, deadline=None)
 

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from tinygpt import micro
 from tinygpt.autograd import Value, zero_grad
+from tinygpt.config import GPTConfig
 from tinygpt.micro import MicroConfig
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.model import GPT
 
 SMALL = MicroConfig(vocab_size=7, n_embd=8, n_head=2, n_layer=2, block_size=6)
 

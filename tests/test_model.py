@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tinygpt.config
-from tinygpt.model import GPT, GPTConfig, num_parameters, parameter_counts
+from tinygpt.config import GPTConfig
+from tinygpt.model import GPT, num_parameters, parameter_counts
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -36,10 +37,19 @@ def hf_model(config: GPTConfig) -> torch.nn.Module:
     return transformers.GPT2LMHeadModel(hc).eval()
 
 
-def test_module_exports_gpt_and_the_shared_config():
+def test_every_public_name_has_one_import_path():
+    """No module's ``__all__`` re-exports a class or function defined in another module."""
+    import importlib
+    import pkgutil
+
     import tinygpt.model as m
-    assert {"GPT", "GPTConfig"} <= set(m.__all__)
-    assert m.GPTConfig is tinygpt.config.GPTConfig
+    assert "GPT" in m.__all__ and "GPTConfig" not in m.__all__
+    for info in pkgutil.iter_modules(tinygpt.__path__):
+        module = importlib.import_module(f"tinygpt.{info.name}")
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name)
+            home = getattr(obj, "__module__", module.__name__)
+            assert home == module.__name__, f"{module.__name__}.__all__ re-exports {home}.{name}"
 
 
 # --- parameter counting --------------------------------------------------------------------------

@@ -14,10 +14,11 @@ import torch
 import tinygpt.sample as sample_module
 from tinygpt.checkpoint import load_checkpoint
 from tinygpt.cli import main
-from tinygpt.config import GPTConfig
+from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
+from tinygpt.runtime import autocast
 from tinygpt.sample import generate
-from tinygpt.train import TrainConfig, autocast, lr_at, train
+from tinygpt.train import lr_at, train
 
 TEXT = "the quick brown fox jumps over the lazy dog; a lazy dog sleeps in the sun. " * 30
 IDS = torch.tensor([ord(c) % 32 for c in TEXT])

@@ -11,7 +11,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.config import GPTConfig
+from tinygpt.model import GPT
 from tinygpt.sample import (
     apply_temperature,
     context_schedule,

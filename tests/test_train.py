@@ -17,17 +17,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.config import GPTConfig
+from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
+from tinygpt.runtime import resolve_device
 from tinygpt.tokenizer import CharTokenizer
 from tinygpt.train import (
-    TrainConfig,
     TrainingDivergedError,
     configure_optimizer,
     estimate_loss,
     get_batch,
     lr_at,
-    resolve_device,
     train,
 )
 
@@ -48,11 +47,11 @@ def without_timing(history: list[dict]) -> list[dict]:
 # --- TrainConfig ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("field, value, error", [
-    ("batch_size", 0, ValueError), ("max_iters", 1.5, ValueError), ("warmup_iters", -1, ValueError),
+    ("batch_size", 0, ValueError), ("max_iters", 1.5, TypeError), ("warmup_iters", -1, ValueError),
     ("learning_rate", 0.0, ValueError), ("learning_rate", float("nan"), ValueError),
     ("min_lr", 1.0, ValueError), ("beta2", 1.0, ValueError), ("weight_decay", "0.1", TypeError),
     ("grad_clip", -1.0, ValueError), ("lr_decay_iters", 0, ValueError),
-    ("device", "gpu", ValueError), ("grad_accum_steps", True, ValueError),
+    ("device", "gpu", ValueError), ("grad_accum_steps", True, TypeError),
     ("dtype", "float16", ValueError), ("dtype", "fp32", ValueError),
 ])
 def test_config_rejects_bad_values_naming_the_field(field, value, error):
@@ -290,8 +289,11 @@ def test_an_unavailable_accelerator_is_a_clear_error():
 
 _FAULTS = """
 import resource, sys, torch
-from tinygpt.model import GPT, GPTConfig
-from tinygpt.train import TrainConfig, configure_optimizer, keep_freed_memory, keep_freed_memory
+from tinygpt.model import GPT
+from tinygpt.config import GPTConfig
+from tinygpt.train import configure_optimizer
+from tinygpt.config import TrainConfig
+from tinygpt.runtime import keep_freed_memory
 kept = keep_freed_memory() if sys.argv[1] == "keep" else None
 torch.manual_seed(0)
 model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=2, n_head=4, n_embd=128))

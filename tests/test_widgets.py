@@ -12,7 +12,8 @@ import torch
 
 pytest.importorskip("ipywidgets")  # the `book` extra; the import error itself is tested below
 
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.config import GPTConfig
+from tinygpt.model import GPT
 from tinygpt.sample import generate
 from tinygpt.tokenizer import CharTokenizer
 from tinygpt.widgets import sampling_widget

@@ -46,12 +46,12 @@ CHAPTERS: list[tuple[int, str, str, list[str]]] = [
     (3, "03_autograd", "Gradients by hand", ["autograd", "backprop"]),
     (4, "04_embeddings", "Embeddings", ["embedding", "wordvec"]),
     (5, "05_attention", "Attention", ["attention"]),
-    (6, "06_block", "Transformer block", ["config", "block"]),
+    (6, "06_block", "Transformer block", ["checks", "config", "block"]),
     (7, "07_gpt", "The GPT", ["model"]),
     (8, "08_training", "Training", ["train", "checkpoint", "ckptio", "ckptcheck", "cli",
                                     "cli_checks"]),
     (9, "09_sampling", "Sampling", ["sample", "widgets"]),
-    (10, "10_scaling", "Scaling out", ["distributed"]),
+    (10, "10_scaling", "Scaling out", ["runtime", "distributed"]),
     (11, "11_micro", "GPT in pure Python", ["micro"]),
 ]
 PACKAGE = "tinygpt"

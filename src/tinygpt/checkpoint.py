@@ -41,10 +41,9 @@ from torch import Tensor, nn
 
 from tinygpt import ckptcheck, ckptio
 from tinygpt.ckptio import MANIFEST, CheckpointError
-from tinygpt.config import GPTConfig
+from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
-from tinygpt.train import TrainConfig
 
 FORMAT, VERSION = "tinygpt-checkpoint", 2
 MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"

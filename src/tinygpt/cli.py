@@ -40,7 +40,7 @@ from tinygpt.config import GPTConfig
 from tinygpt.data import DATASETS, load_text, split_train_val
 
 if typing.TYPE_CHECKING:  # torch is imported inside main, where Ctrl-C is caught
-    from tinygpt.train import TrainConfig
+    from tinygpt.config import TrainConfig
 
 SKIPPED = {"vocab_size"}  # comes from the tokenizer
 SPELLINGS = {"learning_rate": ("--lr", "--learning-rate"),  # nanoGPT's name first
@@ -151,7 +151,7 @@ def _add(group: Any, flag: str, help: str, shown: object = None, **kwargs: Any) 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tinygpt`` parser with its ``train`` and ``sample`` commands."""
-    from tinygpt.train import TrainConfig
+    from tinygpt.config import TrainConfig
 
     parser = argparse.ArgumentParser(prog="tinygpt", description="Train a small GPT on a text "
                                      "and sample from it.")
@@ -235,8 +235,8 @@ def read_data(spec: str) -> tuple[str, str]:
 def _configs(args: argparse.Namespace, out: Path) -> tuple[GPTConfig, TrainConfig, Any]:
     """The model and training configs, and the tokenizer (None: to be built), of ``train``."""
     from tinygpt.checkpoint import META_FILE, load_checkpoint
+    from tinygpt.config import TrainConfig
     from tinygpt.tokenizer import CharTokenizer
-    from tinygpt.train import TrainConfig
 
     given = vars(args)
     model_given = {n: given[n] for n in _fields(GPTConfig) if n in given}
@@ -423,7 +423,7 @@ def _explain(message: str) -> str:
     """Name the options of the fields a config's error message speaks of (learning_rate: --lr)."""
     if not re.search(r"\b(?:TrainConfig|GPTConfig)\.", message):
         return message
-    from tinygpt.train import TrainConfig
+    from tinygpt.config import TrainConfig
 
     fields = _fields(GPTConfig) + _fields(TrainConfig)
     names = [n for n in fields if re.search(rf"\b{n}\b", message)]

@@ -62,7 +62,7 @@ def check_train_run(model_config, train_config) -> None:
     """Refuse, before any work, a seed torch cannot take, an absent device, or a run whose
     memory estimate exceeds what its device has free."""
     check_seed(train_config.seed)
-    from tinygpt.train import resolve_device
+    from tinygpt.runtime import resolve_device
 
     device = str(resolve_device(check_device(train_config.device)))  # "auto": cuda or cpu
     need = train_memory(model_config, train_config)

@@ -1,39 +1,46 @@
-"""The configuration of a GPT: its sizes and a few switches, in one validated dataclass.
+"""The two configurations: what a GPT is (``GPTConfig``) and how to train it (``TrainConfig``).
 
 ``GPTConfig`` holds what fixes the shapes of a model's parameters -- vocabulary size ``V``,
 context length ``T_max`` (``block_size``), number of blocks ``L``, heads ``H`` and embedding
-width ``C`` -- plus dropout, whether linear layers and norms carry a bias, and the switches that
-choose a block's variant (which normalisation, where it sits, which activation, how wide the MLP
-is), how positions are encoded and whether the output layer shares the token embedding. The
-defaults of the switches reproduce GPT-2. Every layer of the package takes the whole config, so
-one object describes one model. Invalid values raise a
-``ValueError`` (a ``TypeError`` for a non-number dropout or a non-bool bias) that names the field
-and the valid range (or the valid choices) as soon as the config is created.
+width ``C`` -- plus dropout, biases and the switches that choose a block's variant; its defaults
+reproduce GPT-2's choices. ``TrainConfig`` holds nanoGPT's training settings, with nanoGPT's
+names. Each string switch is typed as a ``Literal[...]``, whose values ``checks.choices`` lists
+(the command line offers exactly those).
 
-It does not hold training settings (learning rate, batch size, steps: those belong to the
-training configuration) and it does not build a model. It is frozen: make a variant with
-``dataclasses.replace(config, n_layer=8)``, which validates again.
+Both are frozen dataclasses, validated when created (``tinygpt.checks``: ``TypeError`` for a
+wrong type, ``ValueError`` for a wrong value, naming the field); make a variant with
+``dataclasses.replace(config, n_layer=8)``, which validates again. Neither builds or trains
+anything.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from tinygpt.checks import check_bool, check_choice, check_float, check_int, choices
 
 # The valid values of each string switch, the first one being GPT-2's.
-NORMS = ("layernorm", "rmsnorm")
-NORM_POSITIONS = ("pre", "post")
-ACTIVATIONS = ("gelu_tanh", "gelu", "relu")
-POSITIONALS = ("learned", "sinusoidal")
+Norm = Literal["layernorm", "rmsnorm"]
+NormPosition = Literal["pre", "post"]
+Activation = Literal["gelu_tanh", "gelu", "relu"]
+Positional = Literal["learned", "sinusoidal"]
+Dtype = Literal["float32", "bfloat16"]
+NORMS, NORM_POSITIONS = choices(Norm), choices(NormPosition)
+ACTIVATIONS, POSITIONALS, DTYPES = choices(Activation), choices(Positional), choices(Dtype)
 
 
-def _check_positive_int(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"GPTConfig.{name} must be a positive integer, got {value!r}")
+_LITERALS = {"Norm": Norm, "NormPosition": NormPosition, "Activation": Activation,
+             "Positional": Positional, "Dtype": Dtype}  # field annotations are strings here
 
 
-def _check_choice(value: object, name: str, choices: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"GPTConfig.{name} must be one of {list(choices)}, got {value!r}")
+def _check_choices(config: object) -> None:
+    """Check every field typed as one of the ``Literal`` types above against its values."""
+    for f in fields(config):  # type: ignore[arg-type]
+        if f.type in _LITERALS:
+            valid = choices(_LITERALS[f.type])
+            check_choice(getattr(config, f.name), f"{type(config).__name__}.{f.name}", valid)
 
 
 @dataclass(frozen=True)
@@ -67,43 +74,30 @@ class GPTConfig:
     n_embd: int = 128
     dropout: float = 0.0
     bias: bool = True
-    norm: str = "layernorm"
-    norm_position: str = "pre"
-    activation: str = "gelu_tanh"
+    norm: Norm = "layernorm"
+    norm_position: NormPosition = "pre"
+    activation: Activation = "gelu_tanh"
     mlp_hidden: int | None = None
     norm_eps: float = 1e-5
-    positional: str = "learned"
+    positional: Positional = "learned"
     tie_weights: bool = True
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            _check_positive_int(getattr(self, name), name)
+            check_int(getattr(self, name), f"GPTConfig.{name}")
         if self.n_embd % self.n_head != 0:
             raise ValueError(
                 f"GPTConfig.n_embd={self.n_embd} must be divisible by n_head={self.n_head}: "
                 f"each head gets n_embd / n_head dimensions; try n_head in "
                 f"{[h for h in range(1, min(self.n_embd, 16) + 1) if self.n_embd % h == 0]}"
             )
-        dropout = self.dropout
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
-            raise TypeError(f"GPTConfig.dropout must be a number in [0, 1), got {dropout!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {dropout!r}")
-        if not isinstance(self.bias, bool):
-            raise TypeError(f"GPTConfig.bias must be True or False, got {self.bias!r}")
-        _check_choice(self.norm, "norm", NORMS)
-        _check_choice(self.norm_position, "norm_position", NORM_POSITIONS)
-        _check_choice(self.activation, "activation", ACTIVATIONS)
-        _check_choice(self.positional, "positional", POSITIONALS)
+        check_float(self.dropout, "GPTConfig.dropout", 0.0, 1.0, high_open=True)
+        check_bool(self.bias, "GPTConfig.bias")
+        check_bool(self.tie_weights, "GPTConfig.tie_weights")
+        _check_choices(self)
         if self.mlp_hidden is not None:
-            _check_positive_int(self.mlp_hidden, "mlp_hidden")
-        eps = self.norm_eps
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-            raise TypeError(f"GPTConfig.norm_eps must be a positive number, got {eps!r}")
-        if not 0.0 < eps < 1.0:
-            raise ValueError(f"GPTConfig.norm_eps must be in (0, 1), got {eps!r}")
-        if not isinstance(self.tie_weights, bool):
-            raise TypeError(f"GPTConfig.tie_weights must be True or False, got {self.tie_weights!r}")
+            check_int(self.mlp_hidden, "GPTConfig.mlp_hidden")
+        check_float(self.norm_eps, "GPTConfig.norm_eps", 0.0, 1.0, low_open=True, high_open=True)
 
     @property
     def head_size(self) -> int:
@@ -114,3 +108,83 @@ class GPTConfig:
     def mlp_width(self) -> int:
         """The MLP's hidden width: ``mlp_hidden``, or ``4 * n_embd`` when it is ``None``."""
         return 4 * self.n_embd if self.mlp_hidden is None else self.mlp_hidden
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train: nanoGPT's settings and names. The context length is the model's block_size.
+
+    Attributes:
+        batch_size: ``B``, sequences per micro-batch.
+        max_iters: optimizer steps in the whole run.
+        learning_rate: the peak learning rate, reached at the end of warm-up.
+        min_lr: the learning rate at the end of the cosine decay (and after it).
+        warmup_iters: steps of linear warm-up from ``learning_rate / warmup_iters``.
+        lr_decay_iters: the step where the cosine decay ends; ``None`` means ``max_iters``.
+        weight_decay: AdamW's decoupled weight decay, applied to matrices only.
+        beta1, beta2: AdamW's averaging coefficients for the gradient and its square.
+        grad_clip: clip the global gradient norm to this value; 0 turns clipping off.
+        grad_accum_steps: micro-batches whose gradients are averaged into one step
+            (the step sees ``batch_size * grad_accum_steps`` sequences on each process; under
+            ``torchrun`` that times the number of processes).
+        eval_interval: evaluate every this many steps (and after the last step).
+        eval_iters: batches per split in each evaluation.
+        log_interval: refresh the progress bar every this many steps.
+        save_every: with an ``out_dir``, save a checkpoint every this many steps; the last
+            step is always saved; 0 saves only the last step.
+        seed: seeds the model's initialisation, dropout, batches and evaluation batches.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"`` (CUDA if available).
+            Under ``torchrun`` with several processes, CUDA means ``cuda:LOCAL_RANK``.
+        dtype: ``"float32"``, or ``"bfloat16"`` for mixed precision: the forward pass and the
+            loss run under ``torch.autocast`` in bfloat16, while the weights, the gradients and
+            AdamW stay float32 (needs a CPU or a GPU with bf16 support).
+    """
+
+    batch_size: int = 32
+    max_iters: int = 2000
+    learning_rate: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    lr_decay_iters: int | None = None
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    grad_accum_steps: int = 1
+    eval_interval: int = 250
+    eval_iters: int = 20
+    log_interval: int = 10
+    save_every: int = 0
+    seed: int = 1337
+    device: str = "cpu"
+    dtype: Dtype = "float32"
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_iters", "grad_accum_steps", "eval_interval",
+                     "eval_iters", "log_interval"):
+            check_int(getattr(self, name), f"TrainConfig.{name}")
+        for name in ("warmup_iters", "save_every", "seed"):
+            check_int(getattr(self, name), f"TrainConfig.{name}", low=0)
+        if self.lr_decay_iters is not None:
+            check_int(self.lr_decay_iters, "TrainConfig.lr_decay_iters")
+        check_float(self.learning_rate, "TrainConfig.learning_rate", 0.0, math.inf, low_open=True,
+                    high_open=True)
+        check_float(self.min_lr, "TrainConfig.min_lr", 0.0, self.learning_rate)
+        check_float(self.weight_decay, "TrainConfig.weight_decay", 0.0, math.inf, high_open=True)
+        check_float(self.beta1, "TrainConfig.beta1", 0.0, 1.0, high_open=True)
+        check_float(self.beta2, "TrainConfig.beta2", 0.0, 1.0, high_open=True)
+        check_float(self.grad_clip, "TrainConfig.grad_clip", 0.0, math.inf, high_open=True)
+        if not isinstance(self.device, str) or not (
+                self.device in ("cpu", "cuda", "mps", "auto")
+                or (self.device.startswith("cuda:") and self.device[5:].isdigit())):
+            raise ValueError(f"TrainConfig.device must be 'cpu', 'cuda', 'cuda:N', 'mps' or "
+                             f"'auto', got {self.device!r}")
+        if self.dtype == "float16":
+            raise ValueError("TrainConfig.dtype must be 'float32' or 'bfloat16', got 'float16' "
+                             "(float16 needs loss scaling, which tinygpt does not do)")
+        _check_choices(self)
+
+    @property
+    def sequences_per_step(self) -> int:
+        """Sequences per optimizer step on one process, ``batch_size * grad_accum_steps``."""
+        return self.batch_size * self.grad_accum_steps

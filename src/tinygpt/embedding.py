@@ -8,8 +8,6 @@ transformer blocks read:
   or the fixed sinusoids of the original transformer;
 * ``sinusoidal_positions(T, C)``: those sinusoids, ``PE[t, 2i] = sin(t / 10000^(2i/C))`` and
   ``PE[t, 2i+1] = cos(t / 10000^(2i/C))``;
-* ``check_token_ids``: the checks that give bad ids a clear error instead of an ``IndexError``
-  from inside torch.
 
 It does not tokenize text (``tinygpt.tokenizer``), add dropout, or implement rotary position
 embeddings (RoPE), which rotate queries and keys inside attention instead of adding a vector here.
@@ -23,51 +21,15 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from tinygpt.checks import check_token_ids
+
 Positional = Literal["learned", "sinusoidal"]
-_ID_DTYPES = (torch.int64, torch.int32)
 
 
 def _positive_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value
-
-
-def check_token_ids(idx: object, vocab_size: int, block_size: int | None = None) -> None:
-    """Raise a clear error unless ``idx`` is a ``(B, T)`` integer tensor of ids in ``[0, V)``.
-
-    With ``block_size`` given, ``T`` must also be at most ``block_size`` (the context length
-    ``T_max``). ``TypeError`` for a non-tensor or a non-integer dtype; ``ValueError`` naming the
-    offending shape, length or id otherwise.
-    """
-    if not isinstance(idx, Tensor):
-        raise TypeError(
-            f"token ids must be a torch.Tensor of shape (B, T), got {type(idx).__name__}"
-        )
-    if idx.dtype not in _ID_DTYPES:
-        raise TypeError(
-            f"token ids must be an integer tensor (torch.long or torch.int32), got {idx.dtype}; "
-            "convert with idx.long()"
-        )
-    if idx.ndim != 2:
-        hint = " (for one sequence, use idx[None])" if idx.ndim == 1 else ""
-        raise ValueError(f"token ids must have shape (B, T), got shape {tuple(idx.shape)}{hint}")
-    T = idx.shape[1]
-    if block_size is not None and T > block_size:
-        raise ValueError(
-            f"sequence length T={T} exceeds the context length T_max={block_size}; "
-            f"crop the input to its last {block_size} tokens"
-        )
-    if idx.numel() == 0:
-        return
-    low, high = int(idx.min()), int(idx.max())
-    for bad in (low, high):
-        if not 0 <= bad < vocab_size:
-            b, t = (idx == bad).nonzero()[0].tolist()
-            raise ValueError(
-                f"token id {bad} at position (b={b}, t={t}) is outside the vocabulary: "
-                f"ids must be in [0, {vocab_size - 1}] for V={vocab_size}"
-            )
 
 
 def sinusoidal_positions(T: int, C: int, base: float = 10000.0) -> Tensor:

@@ -31,13 +31,13 @@ from torch import Tensor, nn
 
 from tinygpt.attention import KVCache
 from tinygpt.block import Block, make_norm
+from tinygpt.checks import check_token_ids
 from tinygpt.config import GPTConfig
-from tinygpt.embedding import Embeddings, check_token_ids
+from tinygpt.embedding import Embeddings
 
 __all__ = [
     "GPT",
     "INIT_STD",
-    "GPTConfig",
     "attention_parameters",
     "mlp_parameters",
     "norm_parameters",

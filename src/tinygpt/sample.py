@@ -40,7 +40,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from tinygpt.embedding import check_token_ids
+from tinygpt.checks import check_token_ids
 from tinygpt.model import GPT
 
 __all__ = [

@@ -26,15 +26,15 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from tinygpt.config import GPTConfig
+from tinygpt.checks import check_int
+from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.distributed import (
     DistContext,
     all_reduce_mean,
@@ -47,121 +47,13 @@ from tinygpt.distributed import (
     wrap_model,
 )
 from tinygpt.model import GPT
+from tinygpt.runtime import autocast, keep_freed_memory, resolve_device
 
 Record = dict[str, Any]  # one history entry: {"step", "loss", "lr", "tokens_per_s", ...}
 
 
 class TrainingDivergedError(FloatingPointError):
     """The loss or the gradient became infinite or NaN; the weights were not updated with it."""
-
-
-def _check_int(value: object, name: str, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"TrainConfig.{name} must be an integer >= {low}, got {value!r}")
-
-
-def _check_float(value: object, name: str, low: float, high: float, *,
-                 low_open: bool = False, high_open: bool = True) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"TrainConfig.{name} must be a number, got {value!r}")
-    too_low = value <= low if low_open else value < low
-    too_high = value >= high if high_open else value > high
-    if not math.isfinite(value) or too_low or too_high:
-        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-        raise ValueError(f"TrainConfig.{name} must be in {interval}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """How to train: nanoGPT's settings and names. The context length is the model's block_size.
-
-    Attributes:
-        batch_size: ``B``, sequences per micro-batch.
-        max_iters: optimizer steps in the whole run.
-        learning_rate: the peak learning rate, reached at the end of warm-up.
-        min_lr: the learning rate at the end of the cosine decay (and after it).
-        warmup_iters: steps of linear warm-up from ``learning_rate / warmup_iters``.
-        lr_decay_iters: the step where the cosine decay ends; ``None`` means ``max_iters``.
-        weight_decay: AdamW's decoupled weight decay, applied to matrices only.
-        beta1, beta2: AdamW's averaging coefficients for the gradient and its square.
-        grad_clip: clip the global gradient norm to this value; 0 turns clipping off.
-        grad_accum_steps: micro-batches whose gradients are averaged into one step
-            (the step sees ``batch_size * grad_accum_steps`` sequences on each process; under
-            ``torchrun`` that times the number of processes).
-        eval_interval: evaluate every this many steps (and after the last step).
-        eval_iters: batches per split in each evaluation.
-        log_interval: refresh the progress bar every this many steps.
-        save_every: with an ``out_dir``, save a checkpoint every this many steps; the last
-            step is always saved; 0 saves only the last step.
-        seed: seeds the model's initialisation, dropout, batches and evaluation batches.
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"`` (CUDA if available).
-            Under ``torchrun`` with several processes, CUDA means ``cuda:LOCAL_RANK``.
-        dtype: ``"float32"``, or ``"bfloat16"`` for mixed precision: the forward pass and the
-            loss run under ``torch.autocast`` in bfloat16, while the weights, the gradients and
-            AdamW stay float32 (needs a CPU or a GPU with bf16 support).
-    """
-
-    batch_size: int = 32
-    max_iters: int = 2000
-    learning_rate: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_iters: int = 100
-    lr_decay_iters: int | None = None
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    grad_clip: float = 1.0
-    grad_accum_steps: int = 1
-    eval_interval: int = 250
-    eval_iters: int = 20
-    log_interval: int = 10
-    save_every: int = 0
-    seed: int = 1337
-    device: str = "cpu"
-    dtype: str = "float32"
-
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "max_iters", "grad_accum_steps", "eval_interval",
-                     "eval_iters", "log_interval"):
-            _check_int(getattr(self, name), name, 1)
-        for name in ("warmup_iters", "save_every", "seed"):
-            _check_int(getattr(self, name), name, 0)
-        if self.lr_decay_iters is not None:
-            _check_int(self.lr_decay_iters, "lr_decay_iters", 1)
-        _check_float(self.learning_rate, "learning_rate", 0.0, math.inf, low_open=True)
-        _check_float(self.min_lr, "min_lr", 0.0, self.learning_rate, high_open=False)
-        _check_float(self.weight_decay, "weight_decay", 0.0, math.inf)
-        _check_float(self.beta1, "beta1", 0.0, 1.0)
-        _check_float(self.beta2, "beta2", 0.0, 1.0)
-        _check_float(self.grad_clip, "grad_clip", 0.0, math.inf)
-        if not isinstance(self.device, str) or not (
-                self.device in ("cpu", "cuda", "mps", "auto")
-                or (self.device.startswith("cuda:") and self.device[5:].isdigit())):
-            raise ValueError(f"TrainConfig.device must be 'cpu', 'cuda', 'cuda:N', 'mps' or "
-                             f"'auto', got {self.device!r}")
-        if self.dtype not in ("float32", "bfloat16"):
-            hint = (" (float16 needs loss scaling, which tinygpt does not do)"
-                    if self.dtype == "float16" else "")
-            raise ValueError(f"TrainConfig.dtype must be 'float32' or 'bfloat16', got "
-                             f"{self.dtype!r}{hint}")
-
-    @property
-    def tokens_per_step(self) -> int:
-        """Sequences per optimizer step, ``batch_size * grad_accum_steps`` (times ``T`` tokens)."""
-        return self.batch_size * self.grad_accum_steps
-
-
-def resolve_device(name: str) -> torch.device:
-    """The torch device for ``TrainConfig.device`` (``"auto"``: CUDA if available, else CPU)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} was asked for, but CUDA is not available here; "
-                         "use device='cpu' or 'auto'")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("device 'mps' was asked for, but Apple's Metal (MPS) backend is not "
-                         "available here; use device='cpu' or 'auto'")
-    return torch.device(name)
 
 
 def get_batch(data: Tensor, batch_size: int, block_size: int,
@@ -176,7 +68,7 @@ def get_batch(data: Tensor, batch_size: int, block_size: int,
         what = f"a {data.dim()}-D {data.dtype} tensor" if isinstance(data, Tensor) else type(
             data).__name__
         raise TypeError(f"data must be a 1-D integer tensor of token ids, got {what}")
-    _check_int(batch_size, "batch_size", 1)
+    check_int(batch_size, "batch_size")
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     N = data.numel()
@@ -238,36 +130,6 @@ def _check_same_schedule(history: list[Record], saved: TrainConfig | None, cfg: 
         "schedule of its own (train(..., model=tinygpt.load(folder)[0]) and another out_dir)")
 
 
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt() parameters (<malloc.h>)
-_KEEP_BELOW = 32 * 2**20  # glibc's largest mmap threshold on 64-bit systems: 32 MiB
-
-
-def keep_freed_memory() -> bool:
-    """Let glibc's ``malloc`` keep freed blocks of up to 32 MiB for reuse; True if it could.
-
-    Every training step frees the activations of the last and allocates the same sizes again.
-    By default glibc serves large blocks straight from the kernel (``mmap``) and hands freed
-    memory back, so the next step gets fresh pages, and each fresh page is a page fault that
-    zeroes 4 KiB: for nanoGPT's baby GPT about a thousand faults per step, some 5% of its time
-    on 2 cores. Raising the mmap and trim thresholds keeps that memory in the process (its
-    resident size stays at its peak) and a step makes almost no faults. This changes the whole
-    process, once; where the C library is not glibc (macOS, Windows, musl) nothing changes and
-    the answer is False. ``train`` calls it when it trains on the CPU.
-    """
-    import ctypes
-    import ctypes.util
-    import platform
-
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BELOW)
-                    and libc.mallopt(_M_TRIM_THRESHOLD, 2 * _KEEP_BELOW))
-    except (OSError, AttributeError):  # no loadable C library, or one without mallopt
-        return False
-
-
 def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     """AdamW with two groups: matrices (``dim >= 2``: weights, embeddings) get ``weight_decay``,
     vectors (biases, norm gains) get none. Shared (tied) parameters appear once.
@@ -310,23 +172,6 @@ def estimate_loss(model: GPT, splits: Mapping[str, Tensor], config: TrainConfig,
             out[name] = sum(losses) / len(losses) if losses else math.nan
     model.train(was_training)
     return out
-
-
-def autocast(device: torch.device, dtype: str) -> AbstractContextManager[object]:
-    """The context the forward pass runs in: ``torch.autocast`` for ``"bfloat16"``, else none."""
-    if dtype == "float32":
-        return nullcontext()
-    # including_emulation=False: by default torch also counts GPUs (before Ampere) that only
-    # emulate bfloat16, slowly
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
-        raise ValueError(f"dtype='bfloat16' was asked for, but {torch.cuda.get_device_name(device)}"
-                         " has no native bfloat16 (it needs compute capability 8.0, Ampere, or "
-                         "newer); use dtype='float32'")
-    try:
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    except RuntimeError as err:
-        raise ValueError(f"dtype='bfloat16': autocast is not available on {device} ({err}); use "
-                         "dtype='float32'") from None
 
 
 def _as_tokens(data: object, name: str, config: GPTConfig) -> Tensor:
@@ -497,7 +342,7 @@ def _run(ctx: DistContext, model_config: GPTConfig, cfg: TrainConfig, train_data
                        f"{record['tokens_per_s']:.0f} tokens/s" if "lr" in record else ""))
 
     if show:
-        seqs = cfg.tokens_per_step * world
+        seqs = cfg.sequences_per_step * world
         tqdm.write(f"effective batch: {cfg.batch_size} sequences x {cfg.grad_accum_steps} "
                    f"accumulation steps x {world} process(es) = {seqs} sequences x {T} tokens "
                    f"= {seqs * T} tokens per step ({cfg.dtype}, {device})")
@@ -538,7 +383,7 @@ def _run(ctx: DistContext, model_config: GPTConfig, cfg: TrainConfig, train_data
             step += 1
             seconds = time.perf_counter() - t0
             record: Record = {"step": step, "loss": mean_loss, "lr": lr,
-                              "tokens_per_s": cfg.tokens_per_step * world * T / max(seconds, 1e-9)}
+                              "tokens_per_s": cfg.sequences_per_step * world * T / max(seconds, 1e-9)}
             if step % cfg.eval_interval == 0 or step == cfg.max_iters:
                 record.update(evaluate())
                 log(record)

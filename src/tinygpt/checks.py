@@ -1,0 +1,105 @@
+"""The argument checks of tinygpt's public entry points, written once.
+
+Public functions and constructors call these before any work, so that bad input gets a clear
+one-line error and the functions the chapters display can carry only the computation. The rule
+every check follows: ``TypeError`` when a value has the wrong type (a string or a float where an
+integer belongs, a bool where a number belongs), ``ValueError`` when it has the right type but a
+wrong value (out of range, not one of the choices). Each message names the argument and says what
+it must be and what it got.
+
+It does not check files (``tinygpt.ckptio``, ``tinygpt.ckptcheck``) or command-line flags
+(``tinygpt.cli_checks``, which words its messages for the command line).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, get_args
+
+
+def choices(literal: Any) -> tuple[str, ...]:
+    """The values of a ``Literal[...]`` type, in order: ``choices(Norm) == ("layernorm", ...)``."""
+    return get_args(literal)
+
+
+def check_instance(value: object, cls: type | tuple[type, ...], name: str) -> None:
+    """``TypeError`` unless ``value`` is an instance of ``cls``."""
+    if not isinstance(value, cls):
+        names = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
+        raise TypeError(f"{name} must be a {names}, got {type(value).__name__}")
+
+
+def check_int(value: object, name: str, low: int = 1, high: int | None = None) -> int:
+    """``value`` if it is an ``int`` (not a bool) in ``[low, high]``; else a clear error."""
+    in_words = "a positive integer" if low == 1 and high is None else (
+        f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be {in_words}, got {value!r}")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name} must be {in_words}, got {value!r}")
+    return value
+
+
+def check_float(value: object, name: str, low: float = -math.inf, high: float = math.inf, *,
+                low_open: bool = False, high_open: bool = False) -> float:
+    """``value`` as a float if it is a finite number (not a bool) in the interval; else an error.
+
+    ``low_open``/``high_open`` exclude that end: ``check_float(p, "dropout", 0, 1,
+    high_open=True)`` accepts ``[0, 1)``.
+    """
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number in {interval}, got {value!r}")
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if not math.isfinite(value) or too_low or too_high:
+        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+    return float(value)
+
+
+def check_bool(value: object, name: str) -> bool:
+    """``value`` if it is ``True`` or ``False`` (not 0, 1 or a string); else ``TypeError``."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_choice(value: object, name: str, valid: tuple[str, ...]) -> str:
+    """``value`` if it is one of the strings ``valid``; else an error that lists them."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {list(valid)}, got {value!r}")
+    if value not in valid:
+        raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
+    return value
+
+
+def check_token_ids(idx: object, vocab_size: int, block_size: int | None = None,
+                    name: str = "token ids") -> None:
+    """Raise a clear error unless ``idx`` is a ``(B, T)`` integer tensor of ids in ``[0, V)``.
+
+    With ``block_size`` given, ``T`` must also be at most ``block_size`` (the context length
+    ``T_max``). ``TypeError`` for a non-tensor or a non-integer dtype; ``ValueError`` naming the
+    offending shape, length or id otherwise.
+    """
+    import torch  # here, so that the command line can check its flags without importing torch
+
+    if not isinstance(idx, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape (B, T), got {type(idx).__name__}")
+    if idx.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must be an integer tensor (torch.long or torch.int32), got "
+                        f"{idx.dtype}; convert with .long()")
+    if idx.ndim != 2:
+        hint = " (for one sequence, use idx[None])" if idx.ndim == 1 else ""
+        raise ValueError(f"{name} must have shape (B, T), got shape {tuple(idx.shape)}{hint}")
+    T = idx.shape[1]
+    if block_size is not None and T > block_size:
+        raise ValueError(f"sequence length T={T} exceeds the context length T_max={block_size}; "
+                         f"crop the input to its last {block_size} tokens")
+    if idx.numel() == 0:
+        return
+    low, high = int(idx.min()), int(idx.max())
+    for bad in (low, high):
+        if not 0 <= bad < vocab_size:
+            b, t = (idx == bad).nonzero()[0].tolist()
+            raise ValueError(f"token id {bad} at position (b={b}, t={t}) is outside the "
+                             f"vocabulary: ids must be in [0, {vocab_size - 1}] for V={vocab_size}")

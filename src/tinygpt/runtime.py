@@ -1,0 +1,78 @@
+"""Where and how the model runs: the device, bf16 autocast, and the CPU allocator.
+
+It handles the settings that training and sampling share and that do not change the maths:
+
+* ``resolve_device(name)``: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"`` as a
+  ``torch.device``, with a clear error when the hardware is missing;
+* ``autocast(device, dtype)``: the context the forward pass runs in (bf16 autocast or none);
+* ``keep_freed_memory()``: on Linux with glibc, let ``malloc`` reuse freed activations instead of
+  page-faulting fresh memory at every step.
+
+It does not pick a number of threads or seed anything (the caller does).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device for ``TrainConfig.device`` (``"auto"``: CUDA if available, else CPU)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was asked for, but CUDA is not available here; "
+                         "use device='cpu' or 'auto'")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device 'mps' was asked for, but Apple's Metal (MPS) backend is not "
+                         "available here; use device='cpu' or 'auto'")
+    return torch.device(name)
+
+
+def autocast(device: torch.device, dtype: str) -> AbstractContextManager[object]:
+    """The context the forward pass runs in: ``torch.autocast`` for ``"bfloat16"``, else none."""
+    if dtype == "float32":
+        return nullcontext()
+    # including_emulation=False: by default torch also counts GPUs (before Ampere) that only
+    # emulate bfloat16, slowly
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        raise ValueError(f"dtype='bfloat16' was asked for, but {torch.cuda.get_device_name(device)}"
+                         " has no native bfloat16 (it needs compute capability 8.0, Ampere, or "
+                         "newer); use dtype='float32'")
+    try:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    except RuntimeError as err:
+        raise ValueError(f"dtype='bfloat16': autocast is not available on {device} ({err}); use "
+                         "dtype='float32'") from None
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt() parameters (<malloc.h>)
+_KEEP_BELOW = 32 * 2**20  # glibc's largest mmap threshold on 64-bit systems: 32 MiB
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc's ``malloc`` keep freed blocks of up to 32 MiB for reuse; True if it could.
+
+    Every training step frees the activations of the last and allocates the same sizes again.
+    By default glibc serves large blocks straight from the kernel (``mmap``) and hands freed
+    memory back, so the next step gets fresh pages, and each fresh page is a page fault that
+    zeroes 4 KiB: for nanoGPT's baby GPT about a thousand faults per step, some 5% of its time
+    on 2 cores. Raising the mmap and trim thresholds keeps that memory in the process (its
+    resident size stays at its peak) and a step makes almost no faults. This changes the whole
+    process, once; where the C library is not glibc (macOS, Windows, musl) nothing changes and
+    the answer is False. ``train`` calls it when it trains on the CPU.
+    """
+    import ctypes
+    import ctypes.util
+    import platform
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BELOW)
+                    and libc.mallopt(_M_TRIM_THRESHOLD, 2 * _KEEP_BELOW))
+    except (OSError, AttributeError):  # no loadable C library, or one without mallopt
+        return False
