@@ -2,8 +2,8 @@
 #
 #   make book    set up, execute the chapters (each only when it or the package changed) and
 #                build the HTML book in _build/html
-#   make test    set up, then run the unit tests, the chapters (nbval), the book build and the
-#                browser tests
+#   make test    set up, then lint (ruff), run the unit tests, the chapters (nbval), the book
+#                build and the browser tests
 #   make test-browser  test the built book in Chromium, and a chapter in JupyterLab
 #   make lab     open the chapters in JupyterLab
 #   make bench   run the benchmarks in benchmarks/
@@ -57,7 +57,7 @@ help:
 	@echo "Build a GPT from scratch"
 	@echo
 	@echo "  make book       set up, execute the chapters that changed, build the book into _build/html"
-	@echo "  make test       set up, run tests/, run the chapters with nbval, build the book,"
+	@echo "  make test       set up, lint with ruff, run tests/, run the chapters with nbval, build the book,"
 	@echo "                  then run the browser tests"
 	@echo "  make test-browser  check the built book in Chromium and a chapter in JupyterLab"
 	@echo "  make lab        open the chapters in JupyterLab"
@@ -121,6 +121,7 @@ timed = echo "=== $(1)"; t0=$$(date +%s); $(2); echo "=== $(1): done in $$(( $$(
 # pytest's exit status 5 ("no tests collected") fails the target like any other failure.
 # tests/browser/ is not a unit test: it needs the built book and Chromium (test-browser).
 test: setup
+	@$(call timed,lint: ruff check .,$(BIN)/ruff check .)
 	@$(call timed,unit tests: pytest tests/,$(BIN)/python -m pytest tests/ --ignore=tests/browser)
 	@$(call timed,chapters: pytest --nbval-lax chapters/,$(BIN)/python -m pytest --nbval-lax chapters/)
 	@$(call timed,book: jupyter-book build (BOOK_EXECUTE=$(BOOK_EXECUTE)),$(MAKE) book)
