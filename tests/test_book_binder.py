@@ -11,6 +11,7 @@ chapter imports.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import re
@@ -143,10 +144,8 @@ def installed_closure(requirements: list[Requirement]) -> set[str]:
             if (name, wanted) in seen:
                 continue
             seen.add((name, wanted))
-            try:
+            with contextlib.suppress(metadata.PackageNotFoundError):
                 todo += [(Requirement(r), wanted) for r in metadata.requires(name) or []]
-            except metadata.PackageNotFoundError:
-                pass
     return {name for name, _ in seen}
 
 

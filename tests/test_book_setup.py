@@ -68,7 +68,7 @@ def run_cell(src: str, monkeypatch, *, installed: bool) -> list[list[str]]:
             return None if name.split(".")[0] == "tinygpt" else find_spec(name, *args, **kwargs)
 
         monkeypatch.setattr(importlib.util, "find_spec", missing)
-    exec(compile(src, "<set-up cell>", "exec"), {"__name__": "__main__"})  # noqa: S102
+    exec(compile(src, "<set-up cell>", "exec"), {"__name__": "__main__"})
     return calls
 
 

@@ -174,7 +174,8 @@ class Table:
         return "\n".join([line(self.headers), rule, *(line(row) for row in self.rows)]) + "\n"
 
     def __repr__(self) -> str:
-        widths = [max(len(r[i]) for r in (self.headers, *self.rows)) for i in range(len(self.headers))]
+        rows = (self.headers, *self.rows)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(self.headers))]
         return "\n".join(
             "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
             for row in (self.headers, *self.rows)
@@ -204,7 +205,8 @@ class Tokens:
     def _repr_html_(self) -> str:
         spans = []
         for i, piece in enumerate(self.pieces):
-            shown = html.escape(piece).replace(" ", "&nbsp;").replace("\n", "\u21b5").replace("\t", "\u21e5")
+            shown = html.escape(piece).replace(" ", "&nbsp;")
+            shown = shown.replace("\n", "\u21b5").replace("\t", "\u21e5")
             colour = _TOKEN_COLOURS[i % len(_TOKEN_COLOURS)]
             spans.append(
                 f'<span style="background:{colour};color:#111;padding:1px 0;'

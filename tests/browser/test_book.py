@@ -219,7 +219,7 @@ def test_dark_mode_toggle(site: str, context) -> None:
         seen.append(theme())
     themes = {name for name, _ in seen}
     assert {"light", "dark"} <= themes, f"data-theme went through {seen}"
-    backgrounds = {name: background for name, background in seen}
+    backgrounds = dict(seen)
     assert backgrounds["light"] != backgrounds["dark"], f"same background in both themes: {seen}"
     while theme()[0] != "dark":
         button.click()
