@@ -134,8 +134,11 @@ def test_tokenizer_adds_one_bos_token():
 def test_bad_input_gets_a_clear_error():
     params = micro.init_params(SMALL)
     keys, values = micro.new_cache(SMALL)
-    for bad in (SMALL.vocab_size, -1, 2.0, True):
+    for bad in (SMALL.vocab_size, -1):
         with pytest.raises(ValueError, match="unknown token id"):
+            micro.forward_token(params, SMALL, bad, keys, values)
+    for bad in (2.0, True):
+        with pytest.raises(TypeError, match="token ids must be integers"):
             micro.forward_token(params, SMALL, bad, keys, values)
     for t in range(SMALL.block_size):
         micro.forward_token(params, SMALL, t % SMALL.vocab_size, keys, values)
@@ -143,7 +146,7 @@ def test_bad_input_gets_a_clear_error():
         micro.forward_token(params, SMALL, 0, keys, values)
     with pytest.raises(ValueError, match="block_size"):
         micro.loss_fn(params, SMALL, [0] * (SMALL.block_size + 2))
-    with pytest.raises(ValueError, match="unknown target id 7"):
+    with pytest.raises(ValueError, match="unknown token id 7"):
         micro.loss_fn(params, SMALL, [0, 7])
     with pytest.raises(ValueError, match="n_head"):
         MicroConfig(vocab_size=5, n_embd=6, n_head=4)
