@@ -86,12 +86,10 @@ def init_mlp(
     """
     c = config
     W1 = torch.randn(c.d_in, c.hidden, generator=generator, dtype=dtype) / math.sqrt(c.d_in)
-    W2 = torch.randn(c.hidden, c.vocab_size, generator=generator, dtype=dtype) * (
-        0.1 / math.sqrt(c.hidden)
-    )
-    return TwoLayerMLP(
-        c, W1, torch.zeros(c.hidden, dtype=dtype), W2, torch.zeros(c.vocab_size, dtype=dtype)
-    )
+    W2 = torch.randn(c.hidden, c.vocab_size, generator=generator, dtype=dtype)
+    W2 *= 0.1 / math.sqrt(c.hidden)
+    b1, b2 = torch.zeros(c.hidden, dtype=dtype), torch.zeros(c.vocab_size, dtype=dtype)
+    return TwoLayerMLP(c, W1, b1, W2, b2)
 
 
 def cross_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
@@ -114,9 +112,7 @@ def cross_entropy_backward(probs: Tensor, targets: Tensor) -> Tensor:
 def linear_backward(dout: Tensor, x: Tensor, W: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """For out = x @ W + b, with dout (B, N_out): dx (B, N_in), dW (N_in, N_out), db (N_out,)."""
     dx = dout @ W.T  # (B, N_out) @ (N_out, N_in) -> (B, N_in)
-    dW = (
-        x.T @ dout
-    )  # (N_in, B) @ (B, N_out) -> (N_in, N_out): one outer product per example, summed
+    dW = x.T @ dout  # (N_in, B) @ (B, N_out) -> (N_in, N_out): a sum of outer products
     db = dout.sum(dim=0)  # (N_out,): the bias is added to every row
     return dx, dW, db
 
@@ -138,8 +134,9 @@ def _check_batch(mlp: TwoLayerMLP, x: Tensor, targets: Tensor) -> None:
         raise ValueError(f"x must be a tensor of shape (B, {c.d_in}), got {shape}")
     if x.dtype != mlp.W1.dtype:
         raise ValueError(f"x has dtype {x.dtype}, the parameters {mlp.W1.dtype}")
-    if not isinstance(targets, Tensor) or targets.shape != x.shape[:1] or targets.is_floating_point():
-        raise ValueError(f"targets must be an integer tensor of shape ({x.shape[0]},), got {targets!r}")
+    B = x.shape[0]
+    if not isinstance(targets, Tensor) or targets.shape != (B,) or targets.is_floating_point():
+        raise ValueError(f"targets must be an integer tensor of shape ({B},), got {targets!r}")
     if x.shape[0] == 0:
         raise ValueError("the batch is empty (B = 0)")
     check_ids(targets, c.vocab_size, name="target")

@@ -1,17 +1,10 @@
 """The bigram model: next-token probabilities from counts of adjacent pairs, and as a network.
 
-What this module handles:
-
-* the bigram model by counting: :func:`bigram_counts` builds the ``(V, V)`` matrix of how often
-  token ``j`` follows token ``i``, :func:`bigram_probs` turns it into add-k smoothed next-token
-  probabilities, :func:`bigram_loss` measures a sequence's cross-entropy under them (nats per
-  token), :func:`perplexity` exponentiates it, and :func:`sample_bigram` walks the Markov chain;
-* :class:`BigramNet`, the same model as a neural network (one ``(V, V)`` table of logits), and
-  :func:`train_bigram_net`, which fits it by gradient descent on the count matrix, full batch.
-
-What it does not handle: turning text into ids (:mod:`tinygpt.tokenizer`), splitting data
-(:func:`tinygpt.data.split_train_val`), contexts longer than one token (:mod:`tinygpt.ngram`),
-and smoothing other than add-k.
+By counting: :func:`bigram_counts` (the ``(V, V)`` matrix of how often ``j`` follows ``i``),
+:func:`bigram_probs` (add-k smoothed), :func:`bigram_loss` (cross-entropy in nats),
+:func:`perplexity` and :func:`sample_bigram`. As a network: :class:`BigramNet`, one ``(V, V)``
+table of logits, fitted by :func:`train_bigram_net` on the counts, full batch. Tokenizing,
+splitting and contexts longer than one token live elsewhere (:mod:`tinygpt.ngram`).
 """
 
 from __future__ import annotations
