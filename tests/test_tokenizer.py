@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinygpt.bpe import GPT2_PATTERN, PATTERNS, split_text
+from tinygpt.gpt2 import load_tokenizer
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer, render_token
 
 FAST = settings(max_examples=80, deadline=None)
@@ -61,7 +62,7 @@ def shakespeare() -> str:
 
 @pytest.fixture(scope="module")
 def gpt2() -> BPETokenizer:
-    return BPETokenizer.from_gpt2(data_file("gpt2/vocab.json"), data_file("gpt2/merges.txt"))
+    return load_tokenizer(data_file("gpt2/vocab.json"), data_file("gpt2/merges.txt"))
 
 
 @pytest.fixture(scope="module")
@@ -165,14 +166,14 @@ def test_gpt2_files_with_version_header_and_mismatch(gpt2, tmp_path):
     lines = merges.read_text(encoding="utf-8").splitlines()
     with_header = tmp_path / "merges.txt"
     with_header.write_text("#version: 0.2\n" + "\n".join(lines) + "\n", encoding="utf-8")
-    again = BPETokenizer.from_gpt2(vocab, with_header)
+    again = load_tokenizer(vocab, with_header)
     assert again.merges == gpt2.merges and again.tokens == gpt2.tokens
     swapped = tmp_path / "swapped.txt"
     swapped.write_text("\n".join([lines[1], lines[0], *lines[2:]]), encoding="utf-8")
     with pytest.raises(ValueError, match="do not match"):
-        BPETokenizer.from_gpt2(vocab, swapped)
+        load_tokenizer(vocab, swapped)
     with pytest.raises(ValueError, match="cannot read"):
-        BPETokenizer.from_gpt2(tmp_path / "missing.json", merges)
+        load_tokenizer(tmp_path / "missing.json", merges)
 
 
 # ---------------------------------------------------------------- special tokens

@@ -41,18 +41,18 @@ from pathlib import Path
 
 # Chapter number, notebook stem, short title, and the modules the chapter builds, in that order.
 CHAPTERS: list[tuple[int, str, str, list[str]]] = [
-    (1, "01_tokens", "Text to tokens", ["data", "show", "bpe", "tokenizer"]),
+    (1, "01_tokens", "Text to tokens", ["data", "shakespeare", "show", "bpe", "tokenizer"]),
     (2, "02_bigram", "Bigram baseline", ["bigram", "ngram"]),
     (3, "03_autograd", "Gradients by hand", ["autograd", "backprop"]),
     (4, "04_embeddings", "Embeddings", ["embedding", "wordvec"]),
     (5, "05_attention", "Attention", ["attention"]),
     (6, "06_block", "Transformer block", ["checks", "config", "block"]),
-    (7, "07_gpt", "The GPT", ["model"]),
+    (7, "07_gpt", "The GPT", ["model", "gpt2"]),
     (8, "08_training", "Training", ["train", "checkpoint", "ckptio", "ckptcheck", "cli",
                                     "cli_checks"]),
     (9, "09_sampling", "Sampling", ["sample", "widgets"]),
     (10, "10_scaling", "Scaling out", ["runtime", "distributed"]),
-    (11, "11_micro", "GPT in pure Python", ["micro"]),
+    (11, "11_micro", "GPT in pure Python", ["scalar_gpt"]),
 ]
 PACKAGE = "tinygpt"
 # Files of the package that no chapter builds (see the rules above).

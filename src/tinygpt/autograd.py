@@ -1,35 +1,15 @@
 """A scalar automatic-differentiation engine: ``Value``, one number that remembers how it was made.
 
-It handles:
+Arithmetic on ``Value`` objects and plain numbers (``+ - * /``, constant powers, ``exp``, ``log``,
+``tanh``, ``relu``) records, for each output, its inputs and its *local derivatives* (for ``a * b``:
+``(b, a)``). ``backward()`` then applies the chain rule once per edge, ``child.grad += local *
+node.grad``, in a topological order found without recursion (a graph 100,000 operations deep is
+fine). As in PyTorch, a leaf's ``grad`` accumulates across calls (``zero_grad`` resets it); an
+interior node's is reset by each ``backward()`` that reaches it. ``gc_paused()`` skips Python's
+cycle collector, which such graphs (they have no cycles) do not need: a 2-4x speed-up.
 
-* arithmetic on ``Value`` objects and plain numbers on either side (``2 * v``, ``v + 1``,
-  ``1 / v``, ``sum(values)``): ``+ - * /``, unary minus, powers with a constant exponent, and
-  ``exp``, ``log``, ``tanh``, ``relu``;
-* ``backward()``: reverse-mode differentiation (backpropagation) of a scalar output with respect
-  to every ``Value`` it depends on, in a topological order found without recursion, so a graph
-  100,000 operations deep is fine.
-
-How each operation backpropagates: when it computes its output it also records its *local
-derivatives*, the partial derivatives of the output with respect to each input, evaluated at the
-inputs (for ``a * b`` they are ``(b, a)``). ``backward`` then applies the chain rule once per
-edge: ``input.grad += local_derivative * output.grad``. The ``+=`` matters: a value used twice
-(``x * x``) receives a contribution along each use.
-
-Semantics of ``grad`` across several ``backward()`` calls (the same as PyTorch's for leaves):
-
-* a *leaf* (a ``Value`` made by the user, not by an operation) **accumulates**: after two calls
-  its ``grad`` is the sum of both gradients. Call ``zero_grad(params)`` to reset them;
-* an *interior* node's ``grad`` is reset at the start of every ``backward()`` that reaches it,
-  so it always holds the gradient of the latest call, and the previous call is never counted
-  twice downstream. (PyTorch keeps no gradient on interior tensors unless asked to.)
-
-It does not handle tensors (``torch`` does, and ``tinygpt.backprop`` differentiates a small
-tensor network by hand), higher-order derivatives, or a ``Value`` as an exponent.
-
-Speed: building a graph of ``Value`` objects is dominated by Python's object creation, and by
-its cycle collector, which keeps rescanning the growing graph. Such a graph has no reference
-cycles (a node refers only to the older nodes it was computed from), so reference counting frees
-it; ``with gc_paused():`` around a training step turns the collector off for a 2-4x speed-up.
+It does not handle tensors (``torch``; :mod:`tinygpt.backprop` differentiates a small tensor
+network by hand), higher-order derivatives, or a ``Value`` as an exponent.
 """
 
 from __future__ import annotations
@@ -52,6 +32,32 @@ def _as_float(data: object) -> float:
     return float(data)
 
 
+def _check_node(children: tuple, local_grads: tuple) -> None:
+    if len(children) != len(local_grads):
+        raise ValueError(f"a node needs one local derivative per child: {len(children)} "
+                         f"children, {len(local_grads)} local derivatives")
+
+
+def _check_divisor(a: float, b: float, what: str) -> float:
+    """``b``, unless it is zero: then a ``ZeroDivisionError`` for ``a / b``."""
+    if b == 0.0:
+        raise ZeroDivisionError(f"division {what}: {a!r} / {b!r}")
+    return b
+
+
+def _check_power(x: float, exponent: object) -> float:
+    """The constant ``exponent`` as a float, if ``x ** exponent`` is a real number."""
+    if isinstance(exponent, Value):
+        raise TypeError("Value ** Value is not supported: the exponent must be a constant int or "
+                        "float (for a variable exponent write (base.log() * exponent).exp())")
+    n = _as_float(exponent)
+    if x == 0.0 and n < 0:
+        raise ZeroDivisionError(f"0.0 ** {exponent!r}: zero cannot be raised to a negative power")
+    if x < 0.0 and not n.is_integer():
+        raise ValueError(f"{x!r} ** {exponent!r}: a negative base needs an integer exponent")
+    return n
+
+
 class Value:
     """A scalar in a computation graph: its number ``data`` and, after ``backward()``, ``grad``.
 
@@ -70,11 +76,7 @@ class Value:
         op: str = "",
     ) -> None:
         self.data = data if type(data) is float else _as_float(data)
-        if len(children) != len(local_grads):
-            raise ValueError(
-                f"a node needs one local derivative per child: {len(children)} children, "
-                f"{len(local_grads)} local derivatives"
-            )
+        _check_node(children, local_grads)
         self.grad = 0.0
         self.children = children  # the Values this one was computed from
         self.local_grads = local_grads  # d(self)/d(child), one per child
@@ -116,35 +118,19 @@ class Value:
 
     def __truediv__(self, other: Value | Number) -> Value:
         if isinstance(other, Value):  # d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
-            b = other.data
-            if b == 0.0:
-                raise ZeroDivisionError(f"division by a Value equal to zero: {self.data!r} / 0.0")
+            b = _check_divisor(self.data, other.data, "by a Value equal to zero")
             return Value(self.data / b, (self, other), (1.0 / b, -self.data / (b * b)), "/")
-        c = _as_float(other)
-        if c == 0.0:
-            raise ZeroDivisionError(f"division of a Value by zero: {self.data!r} / {other!r}")
+        c = _check_divisor(self.data, _as_float(other), "of a Value by zero")
         return Value(self.data / c, (self,), (1.0 / c,), "/")
 
     def __rtruediv__(self, other: Number) -> Value:  # 1 / v; d(c/v)/dv = -c/v^2
-        c, v = _as_float(other), self.data
-        if v == 0.0:
-            raise ZeroDivisionError(f"division by a Value equal to zero: {other!r} / 0.0")
+        c = _as_float(other)
+        v = _check_divisor(c, self.data, "by a Value equal to zero")
         return Value(c / v, (self,), (-c / (v * v),), "/")
 
     def __pow__(self, exponent: Number) -> Value:
         """``v ** n`` for a constant ``n``; d(v^n)/dv = n v^(n-1)."""
-        if isinstance(exponent, Value):
-            raise TypeError(
-                "Value ** Value is not supported: the exponent must be a constant int or float "
-                "(for a variable exponent write (base.log() * exponent).exp())"
-            )
-        n, x = _as_float(exponent), self.data
-        if x == 0.0 and n < 0:
-            raise ZeroDivisionError(
-                f"0.0 ** {exponent!r}: zero cannot be raised to a negative power"
-            )
-        if x < 0.0 and not n.is_integer():
-            raise ValueError(f"{x!r} ** {exponent!r}: a negative base needs an integer exponent")
+        x, n = self.data, _check_power(self.data, exponent)
         local = 0.0 if n == 0.0 else n * x ** (n - 1)
         return Value(x**n, (self,), (local,), f"**{exponent!r}")
 

@@ -19,36 +19,37 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
 
-ACTIVATIONS = ("tanh", "relu")
+from tinygpt.checks import check_choice, check_ids, check_int, choices
+
+HiddenActivation = Literal["tanh", "relu"]
+HIDDEN_ACTIVATIONS = choices(HiddenActivation)
 
 
 @dataclass(frozen=True)
-class MLPConfig:
-    """The sizes of the MLP: D_in inputs, D_h hidden units (`hidden`), V classes, the activation."""
+class TwoLayerMLPConfig:
+    """The sizes: D_in inputs, D_h hidden units (``hidden``), V classes, and the activation."""
 
     d_in: int
     hidden: int
     vocab_size: int
-    activation: str = "tanh"
+    activation: HiddenActivation = "tanh"
 
     def __post_init__(self) -> None:
         for name in ("d_in", "hidden", "vocab_size"):
-            size = getattr(self, name)
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ValueError(f"MLPConfig.{name} must be a positive int, got {size!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+            check_int(getattr(self, name), name)
+        check_choice(self.activation, "activation", HIDDEN_ACTIVATIONS)
 
 
 @dataclass
-class MLP:
+class TwoLayerMLP:
     """The parameters of the MLP; ``W`` is (inputs, outputs), so a layer computes ``x @ W + b``."""
 
-    config: MLPConfig
+    config: TwoLayerMLPConfig
     W1: Tensor  # (D_in, D_h)
     b1: Tensor  # (D_h,)
     W2: Tensor  # (D_h, V)
@@ -73,11 +74,11 @@ class Forward:
 
 
 def init_mlp(
-    config: MLPConfig,
+    config: TwoLayerMLPConfig,
     *,
     generator: torch.Generator | None = None,
     dtype: torch.dtype = torch.float64,
-) -> MLP:
+) -> TwoLayerMLP:
     """Random weights: ``W1`` with variance 1/D_in, ``W2`` ten times smaller, zero biases.
 
     The small output layer makes every logit close to 0 at the start, so every class has
@@ -85,12 +86,10 @@ def init_mlp(
     """
     c = config
     W1 = torch.randn(c.d_in, c.hidden, generator=generator, dtype=dtype) / math.sqrt(c.d_in)
-    W2 = torch.randn(c.hidden, c.vocab_size, generator=generator, dtype=dtype) * (
-        0.1 / math.sqrt(c.hidden)
-    )
-    return MLP(
-        c, W1, torch.zeros(c.hidden, dtype=dtype), W2, torch.zeros(c.vocab_size, dtype=dtype)
-    )
+    W2 = torch.randn(c.hidden, c.vocab_size, generator=generator, dtype=dtype)
+    W2 *= 0.1 / math.sqrt(c.hidden)
+    b1, b2 = torch.zeros(c.hidden, dtype=dtype), torch.zeros(c.vocab_size, dtype=dtype)
+    return TwoLayerMLP(c, W1, b1, W2, b2)
 
 
 def cross_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
@@ -113,9 +112,7 @@ def cross_entropy_backward(probs: Tensor, targets: Tensor) -> Tensor:
 def linear_backward(dout: Tensor, x: Tensor, W: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """For out = x @ W + b, with dout (B, N_out): dx (B, N_in), dW (N_in, N_out), db (N_out,)."""
     dx = dout @ W.T  # (B, N_out) @ (N_out, N_in) -> (B, N_in)
-    dW = (
-        x.T @ dout
-    )  # (N_in, B) @ (B, N_out) -> (N_in, N_out): one outer product per example, summed
+    dW = x.T @ dout  # (N_in, B) @ (B, N_out) -> (N_in, N_out): a sum of outer products
     db = dout.sum(dim=0)  # (N_out,): the bias is added to every row
     return dx, dW, db
 
@@ -130,35 +127,24 @@ def relu_backward(dh: Tensor, a: Tensor) -> Tensor:
     return dh * (a > 0).to(dh.dtype)
 
 
-def _check_batch(mlp: MLP, x: Tensor, targets: Tensor) -> None:
+def _check_batch(mlp: TwoLayerMLP, x: Tensor, targets: Tensor) -> None:
     c = mlp.config
     if not isinstance(x, Tensor) or x.ndim != 2 or x.shape[1] != c.d_in:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"x must be a tensor of shape (B, {c.d_in}), got {shape}")
     if x.dtype != mlp.W1.dtype:
         raise ValueError(f"x has dtype {x.dtype}, the parameters {mlp.W1.dtype}")
-    if (
-        not isinstance(targets, Tensor)
-        or targets.shape != (x.shape[0],)
-        or targets.is_floating_point()
-    ):
-        raise ValueError(
-            f"targets must be an integer tensor of shape ({x.shape[0]},), got {targets!r}"
-        )
+    B = x.shape[0]
+    if not isinstance(targets, Tensor) or targets.shape != (B,) or targets.is_floating_point():
+        raise ValueError(f"targets must be an integer tensor of shape ({B},), got {targets!r}")
     if x.shape[0] == 0:
         raise ValueError("the batch is empty (B = 0)")
-    if targets.min() < 0 or targets.max() >= c.vocab_size:
-        raise ValueError(
-            f"targets must lie in [0, {c.vocab_size}), got values {targets.min()}..{targets.max()}"
-        )
+    check_ids(targets, c.vocab_size, name="target")
 
 
-def mlp_forward(mlp: MLP, x: Tensor, targets: Tensor) -> Forward:
-    """The forward pass on a batch: x (B, D_in), integer targets (B,) in [0, V).
-
-    Plain tensor operations: run it on parameters with ``requires_grad`` and ``torch.autograd``
-    differentiates it, which is how the tests check ``mlp_backward``.
-    """
+def mlp_forward(mlp: TwoLayerMLP, x: Tensor, targets: Tensor) -> Forward:
+    """The forward pass on a batch: x (B, D_in), integer targets (B,) in [0, V). Plain tensor
+    operations, so ``torch.autograd`` can differentiate it too (how the tests check ours)."""
     _check_batch(mlp, x, targets)
     a = x @ mlp.W1 + mlp.b1  # (B, D_in) @ (D_in, D_h) + (D_h,) -> (B, D_h)
     h = a.tanh() if mlp.config.activation == "tanh" else a.relu()  # (B, D_h)
@@ -167,8 +153,8 @@ def mlp_forward(mlp: MLP, x: Tensor, targets: Tensor) -> Forward:
     return Forward(x, a, h, logits, probs, targets, loss)
 
 
-def mlp_backward(mlp: MLP, fwd: Forward) -> dict[str, Tensor]:
-    """d loss / d parameter for every parameter, named as in ``MLP.params()``, by hand."""
+def mlp_backward(mlp: TwoLayerMLP, fwd: Forward) -> dict[str, Tensor]:
+    """d loss / d parameter for every parameter, named as in ``TwoLayerMLP.params()``, by hand."""
     with torch.no_grad():  # nothing here is recorded for autograd, even if the inputs require grad
         dlogits = cross_entropy_backward(fwd.probs, fwd.targets)  # (B, V)
         dh, dW2, db2 = linear_backward(dlogits, fwd.h, mlp.W2)  # (B, D_h), (D_h, V), (V,)

@@ -1,23 +1,15 @@
 """The bigram model: next-token probabilities from counts of adjacent pairs, and as a network.
 
-What this module handles:
-
-* the bigram model by counting: :func:`bigram_counts` builds the ``(V, V)`` matrix of how often
-  token ``j`` follows token ``i``, :func:`bigram_probs` turns it into add-k smoothed next-token
-  probabilities, :func:`bigram_loss` measures a sequence's cross-entropy under them (nats per
-  token), :func:`perplexity` exponentiates it, and :func:`sample_bigram` walks the Markov chain;
-* :class:`BigramNet`, the same model as a neural network (one ``(V, V)`` table of logits), and
-  :func:`train_bigram_net`, which fits it by gradient descent on the count matrix, full batch.
-
-What it does not handle: turning text into ids (:mod:`tinygpt.tokenizer`), splitting data
-(:func:`tinygpt.data.split_train_val`), contexts longer than one token (:mod:`tinygpt.ngram`),
-and smoothing other than add-k.
+By counting: :func:`bigram_counts` (the ``(V, V)`` matrix of how often ``j`` follows ``i``),
+:func:`bigram_probs` (add-k smoothed), :func:`bigram_loss` (cross-entropy in nats),
+:func:`perplexity` and :func:`sample_bigram`. As a network: :class:`BigramNet`, one ``(V, V)``
+table of logits, fitted by :func:`train_bigram_net` on the counts, full batch. Tokenizing,
+splitting and contexts longer than one token live elsewhere (:mod:`tinygpt.ngram`).
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,46 +18,38 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def _check_int(name: str, value: int, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+from tinygpt.checks import check_choice, check_float, check_ids, check_instance, check_int
 
 
-def _check_smoothing(smoothing: float) -> float:
-    if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real):
-        raise TypeError(f"smoothing must be a number, not {type(smoothing).__name__}")
-    if not (math.isfinite(smoothing) and smoothing >= 0):
-        raise ValueError(f"smoothing must be a finite number >= 0, got {smoothing}")
-    return float(smoothing)
+def _id_array(ids, vocab_size: int, min_len: int) -> np.ndarray:
+    """``ids`` (list, tuple, numpy array or tensor), checked, as a 1-D int64 array."""
+    check_ids(ids, vocab_size, min_len)
+    return np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
 
 
-def _as_ids(ids, vocab_size: int, min_len: int) -> np.ndarray:
-    """``ids`` (list, tuple, numpy array or torch tensor) as a 1-D int64 array, checked."""
-    if isinstance(ids, torch.Tensor):
-        ids = ids.detach().cpu().numpy()
-    if isinstance(ids, str):
-        raise TypeError("ids must be token ids, not a str: encode the text with a tokenizer first")
-    array = np.asarray(ids)
-    if array.ndim != 1:
-        raise ValueError(f"ids must be a 1-D sequence of token ids, got shape {array.shape}")
-    if array.size and not np.issubdtype(array.dtype, np.integer):
-        raise TypeError(f"ids must be integers, got dtype {array.dtype}")
-    if len(array) < min_len:
-        raise ValueError(f"need at least {min_len} ids, got {len(array)}")
-    array = array.astype(np.int64)
-    if array.size and (array.min() < 0 or array.max() >= vocab_size):
-        bad = array[(array < 0) | (array >= vocab_size)][0]
-        raise ValueError(f"unknown token id {bad}: valid ids are 0..{vocab_size - 1}")
-    return array
-
-
-def _check_table(table: torch.Tensor, name: str) -> int:
+def _check_table(table: torch.Tensor, name: str, vocab_size: int | None = None) -> int:
+    """``V`` if ``table`` is a finite, non-negative ``(V, V)`` tensor (of ``vocab_size``)."""
     if not isinstance(table, torch.Tensor) or table.ndim != 2 or table.shape[0] != table.shape[1]:
         shape = tuple(table.shape) if isinstance(table, torch.Tensor) else type(table).__name__
         raise ValueError(f"{name} must be a square (V, V) tensor, got {shape}")
+    if vocab_size is not None and table.shape[0] != vocab_size:
+        raise ValueError(f"{name} is {tuple(table.shape)} for vocab_size {vocab_size}")
+    if table.is_floating_point() and not torch.isfinite(table).all() or (table < 0).any():
+        raise ValueError(f"{name} must be finite and non-negative")
     return table.shape[0]
+
+
+def _check_batch(idx: torch.Tensor, targets: torch.Tensor | None, vocab_size: int) -> None:
+    """Raise a clear error unless ``idx`` (and ``targets``) are ``(B, T)`` int64 ids in [0, V)."""
+    for name, t in (("idx", idx), ("targets", targets)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.ndim != 2 or t.dtype != torch.long:
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a (B, T) int64 tensor, got {shape}")
+        check_ids(t.reshape(-1), vocab_size)
+    if targets is not None and targets.shape != idx.shape:
+        raise ValueError(f"targets {tuple(targets.shape)} and idx {tuple(idx.shape)} differ")
 
 
 # --- The bigram model by counting ------------------------------------------------------------
@@ -73,24 +57,18 @@ def _check_table(table: torch.Tensor, name: str) -> int:
 
 def bigram_counts(ids, vocab_size: int) -> torch.Tensor:
     """The ``(V, V)`` int64 matrix whose entry ``[i, j]`` counts token ``j`` right after ``i``."""
-    V = _check_int("vocab_size", vocab_size, 1)
-    a = torch.from_numpy(_as_ids(ids, V, min_len=2))
+    V = check_int(vocab_size, "vocab_size")
+    a = torch.from_numpy(_id_array(ids, V, min_len=2))  # (N,)
     pair_code = a[:-1] * V + a[1:]  # (N-1,) each bigram (i, j) as the single integer i*V + j
     return torch.bincount(pair_code, minlength=V * V).reshape(V, V)  # (V, V)
 
 
 def bigram_probs(counts: torch.Tensor, smoothing: float = 1.0) -> torch.Tensor:
-    """Next-token probabilities ``(counts + k) / row total``, as a float64 ``(V, V)`` tensor.
-
-    Row ``i`` is the distribution of the token after ``i``. With ``smoothing=k > 0`` every entry
-    is positive and every row sums to 1. With ``k = 0`` (the raw maximum-likelihood estimate) a
-    pair never counted gets probability 0, and a row whose token was never followed by anything
-    is all zeros: the model has nothing to say there.
-    """
+    """Next-token probabilities ``(counts + k) / row total``, float64 ``(V, V)``: row ``i`` is
+    the distribution after token ``i``. With ``k = 0`` a pair never counted has probability 0,
+    and a token never followed by anything has a row of zeros."""
     _check_table(counts, "counts")
-    k = _check_smoothing(smoothing)
-    if counts.is_floating_point() and not torch.isfinite(counts).all() or (counts < 0).any():
-        raise ValueError("counts must be finite and non-negative")
+    k = check_float(smoothing, "smoothing", 0)
     smoothed = counts.double() + k  # (V, V)
     totals = smoothed.sum(dim=1, keepdim=True)  # (V, 1)
     return torch.where(totals > 0, smoothed / totals.clamp(min=1e-300), 0.0)
@@ -102,7 +80,7 @@ def bigram_loss(probs: torch.Tensor, ids) -> float:
     It is ``inf`` if some bigram of ``ids`` has probability 0.
     """
     V = _check_table(probs, "probs")
-    a = torch.from_numpy(_as_ids(ids, V, min_len=2))
+    a = torch.from_numpy(_id_array(ids, V, min_len=2))  # (N,)
     p = probs.double()[a[:-1], a[1:]]  # (N-1,) probability of each actual next token
     return float(-p.log().mean())
 
@@ -119,17 +97,13 @@ def _draw(cdf: torch.Tensor, u: float) -> int:
 
 def sample_bigram(probs: torch.Tensor, start: int, num_tokens: int,
                   generator: torch.Generator) -> list[int]:
-    """Walk the Markov chain: ``num_tokens`` ids, each drawn from the row of the one before.
-
-    ``start`` is the id the walk starts from (not included in the result). Draws use
-    ``torch.rand(..., generator=generator)``, so a seeded generator gives the same ids anywhere.
-    """
-    V = _check_table(probs, "probs")
-    start = int(_as_ids([start], V, min_len=1)[0])
-    num_tokens = _check_int("num_tokens", num_tokens, 0)
+    """Walk the Markov chain from ``start`` (not returned): ``num_tokens`` ids, each drawn from
+    the row of the one before with ``torch.rand``, so a seeded generator gives the same ids."""
+    check_ids([start], _check_table(probs, "probs"))
+    check_int(num_tokens, "num_tokens", low=0)
     cdf = probs.double().cumsum(dim=1)  # (V, V) row i: cumulative distribution after token i
     u = torch.rand(num_tokens, generator=generator, dtype=torch.float64)  # (num_tokens,)
-    out, current = [], start
+    out, current = [], int(start)
     for step in range(num_tokens):
         if cdf[current, -1] <= 0:
             raise ValueError(f"token {current} has no continuation (an all-zero row): smooth it")
@@ -150,37 +124,24 @@ class BigramNet(nn.Module):
 
     def __init__(self, vocab_size: int) -> None:
         super().__init__()
-        self.vocab_size = _check_int("vocab_size", vocab_size, 1)
+        self.vocab_size = check_int(vocab_size, "vocab_size")
         self.wte = nn.Embedding(self.vocab_size, self.vocab_size)  # (V, V) logits table
         nn.init.zeros_(self.wte.weight)
 
     def forward(self, idx: torch.Tensor,
                 targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits ``(B, T, V)`` for ids ``idx`` ``(B, T)``; and the mean cross-entropy against
+        """Logits ``(B, T, V)`` for ids ``idx`` ``(B, T)``, and the mean cross-entropy against
         ``targets`` ``(B, T)`` if given, else ``None``."""
-        for name, t in (("idx", idx), ("targets", targets)):
-            if t is None:
-                continue
-            if not isinstance(t, torch.Tensor) or t.ndim != 2 or t.dtype != torch.long:
-                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"{name} must be a (B, T) int64 tensor, got {shape}")
-            _as_ids(t.reshape(-1), self.vocab_size, min_len=0)
-        if targets is not None and targets.shape != idx.shape:
-            raise ValueError(f"targets {tuple(targets.shape)} and idx {tuple(idx.shape)} differ")
+        _check_batch(idx, targets, self.vocab_size)
         logits = self.wte(idx)  # (B, T, V)
         if targets is None:
             return logits, None
         return logits, F.cross_entropy(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
 
     def count_loss(self, counts: torch.Tensor) -> torch.Tensor:
-        """The mean cross-entropy over every bigram counted in ``counts`` ``(V, V)``, in O(V^2).
-
-        Each occurrence of the pair ``(i, j)`` contributes the same ``-log softmax(row i)[j]``,
-        so the sum over all N bigrams is ``sum(counts * -log_softmax(table))``.
-        """
-        if _check_table(counts, "counts") != self.vocab_size:
-            raise ValueError(f"counts is {tuple(counts.shape)} for a net of vocab_size "
-                             f"{self.vocab_size}")
+        """The mean cross-entropy over every bigram counted in ``counts`` ``(V, V)``, in O(V^2):
+        each of the ``counts[i, j]`` pairs ``(i, j)`` adds the same ``-log softmax(row i)[j]``."""
+        _check_table(counts, "counts", self.vocab_size)
         log_probs = F.log_softmax(self.wte.weight, dim=-1)  # (V, V)
         return -(counts.to(log_probs.dtype) * log_probs).sum() / counts.sum()
 
@@ -202,28 +163,33 @@ class BigramNetConfig:
     optimizer: Literal["adam", "sgd"] = "adam"
     smoothing: float = 0.0
 
+    def __post_init__(self) -> None:
+        check_int(self.steps, "steps", low=0)
+        check_float(self.lr, "lr", 0, low_open=True)
+        check_choice(self.optimizer, "optimizer", ("adam", "sgd"))
+        check_float(self.smoothing, "smoothing", 0)
+
+
+def _check_net_training(counts: torch.Tensor, config: BigramNetConfig,
+                        val_counts: torch.Tensor | None) -> int:
+    """``V`` once the arguments of :func:`train_bigram_net` are known to be valid."""
+    check_instance(config, BigramNetConfig, "config")
+    V = _check_table(counts, "counts")
+    if val_counts is not None:
+        _check_table(val_counts, "val_counts", V)
+    return V
+
 
 def train_bigram_net(
     counts: torch.Tensor,
     config: BigramNetConfig = BigramNetConfig(),
     val_counts: torch.Tensor | None = None,
 ) -> tuple[BigramNet, dict[str, list[float]]]:
-    """Fit a :class:`BigramNet` to the bigrams counted in ``counts``; return it and its history.
-
-    Each step computes the loss over all bigrams from the ``(V, V)`` counts, so it costs O(V^2)
-    whatever the corpus length. ``history["train"]`` (and ``history["val"]`` when ``val_counts``
-    is given) holds ``steps + 1`` losses in nats: before each step, and after the last.
-    """
-    V = _check_table(counts, "counts")
-    if val_counts is not None and _check_table(val_counts, "val_counts") != V:
-        raise ValueError(f"val_counts is {tuple(val_counts.shape)}, counts {tuple(counts.shape)}")
-    if config.optimizer not in ("adam", "sgd"):
-        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {config.optimizer!r}")
-    _check_int("steps", config.steps, 0)
-    if not (isinstance(config.lr, numbers.Real) and config.lr > 0):
-        raise ValueError(f"lr must be a positive number, got {config.lr!r}")
-    objective_counts = counts.float() + _check_smoothing(config.smoothing)  # (V, V)
-    net = BigramNet(V)
+    """Fit a :class:`BigramNet` to ``counts`` by full-batch steps, each O(V^2) whatever the
+    corpus length. ``history["train"]`` (and ``["val"]`` for ``val_counts``) holds ``steps + 1``
+    losses in nats: before each step, and after the last."""
+    net = BigramNet(_check_net_training(counts, config, val_counts))
+    objective_counts = counts.float() + config.smoothing  # (V, V)
     make = torch.optim.Adam if config.optimizer == "adam" else torch.optim.SGD
     optimizer = make(net.parameters(), lr=config.lr)
     history: dict[str, list[float]] = {"train": [], **({} if val_counts is None else {"val": []})}

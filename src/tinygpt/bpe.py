@@ -1,22 +1,13 @@
 """Byte-pair encoding (BPE): the algorithms behind the tokenizer of chapter 1.
 
-What this module handles:
+Pre-splitting text with GPT-2's and GPT-4's regular expressions; counting adjacent pairs and
+merging one; learning merges twice (:func:`train_merges_naive`, the textbook loop, and
+:func:`train_merges`, the fast one with the same answer); and applying merges to a chunk by rank,
+as GPT-2 and tiktoken do (:func:`encode_chunk`). Vocabularies, special tokens, decoding and files
+belong to :mod:`tinygpt.tokenizer`.
 
-* pre-splitting text into chunks with the regular expressions of GPT-2 and GPT-4
-  (:data:`GPT2_PATTERN`, :data:`GPT4_PATTERN`, :func:`split_text`);
-* the two building blocks of BPE, counting adjacent pairs (:func:`pair_counts`) and
-  replacing a pair by a new id (:func:`merge`);
-* learning merges, twice: :func:`train_merges_naive` is the textbook loop the book
-  explains, :func:`train_merges` is the fast version that gives the same answer;
-* applying learned merges to one chunk by rank, as GPT-2 and tiktoken do
-  (:func:`encode_chunk`).
-
-What it does not handle: vocabularies, special tokens, decoding, files. Those belong to
-:mod:`tinygpt.tokenizer`, which builds on the functions here.
-
-Conventions shared by both trainers: a chunk is a sequence of byte values (0-255); the
-token made by merge ``i`` gets id ``256 + i``; at each step the pair with the highest
-count is merged, and among equal counts the smallest pair ``(a, b)`` as a tuple of ids.
+Both trainers: a chunk is a sequence of bytes (0-255); merge ``i`` makes id ``256 + i``; each step
+merges the pair with the highest count, ties going to the smallest pair ``(a, b)``.
 """
 
 from __future__ import annotations
@@ -28,6 +19,8 @@ from itertools import pairwise
 
 import regex
 from tqdm.auto import tqdm
+
+from tinygpt.checks import check_int
 
 Pair = tuple[int, int]
 
@@ -48,10 +41,7 @@ PATTERNS: dict[str, str | None] = {"gpt2": GPT2_PATTERN, "gpt4": GPT4_PATTERN, "
 
 
 def resolve_pattern(pattern: str | None) -> str | None:
-    """Turn a pattern name from :data:`PATTERNS`, a raw regex, or None into a regex or None.
-
-    Raises ``TypeError`` for a non-string and ``ValueError`` for a regex that does not compile.
-    """
+    """A pattern name from :data:`PATTERNS`, a raw regex, or None, as a regex or None."""
     if pattern is None:
         return None
     if not isinstance(pattern, str):
@@ -68,11 +58,8 @@ def resolve_pattern(pattern: str | None) -> str | None:
 
 
 def split_text(text: str, pattern: str | None = "gpt4") -> list[str]:
-    """Split ``text`` into the chunks BPE works on; merges never cross chunk boundaries.
-
-    ``pattern`` is a name from :data:`PATTERNS`, a raw regex string, or None (the whole
-    text is one chunk). Joining the result gives back ``text`` for the built-in patterns.
-    """
+    """Split ``text`` into the chunks BPE works on (merges never cross them) with ``pattern``,
+    a name from :data:`PATTERNS`, a regex, or None (one chunk)."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, not {type(text).__name__}")
     rx = resolve_pattern(pattern)
@@ -81,12 +68,28 @@ def split_text(text: str, pattern: str | None = "gpt4") -> list[str]:
     return regex.findall(rx, text)
 
 
-def pair_counts(ids: Sequence[int], counts: dict[Pair, int] | None = None) -> dict[Pair, int]:
-    """Count every adjacent pair in ``ids``, overlapping ones included ([a, a, a] has (a, a) twice).
+def check_covered(chunks: list[str], text: str, pattern: str | None) -> list[str]:
+    """``chunks`` if they join back to ``text``; else ValueError: a pre-split pattern that
+    skips characters would silently drop them from the tokens."""
+    pos = 0
+    for chunk in chunks:  # the matches of a pattern, in order, never overlap
+        start = text.index(chunk, pos)
+        if start > pos:
+            break
+        pos = start + len(chunk)
+    else:
+        if pos == len(text):
+            return chunks
+        start = len(text)
+    raise ValueError(f"the pre-split pattern {pattern!r} does not cover the text: "
+                     f"{text[pos:start][:20]!r} at position {pos} matches none of it and would "
+                     "be lost; use a pattern that matches every character (e.g. end it with "
+                     "|\\s+|.)")
 
-    If ``counts`` is given it is updated in place (and returned), so that the counts of
-    many chunks can be summed.
-    """
+
+def pair_counts(ids: Sequence[int], counts: dict[Pair, int] | None = None) -> dict[Pair, int]:
+    """Count every adjacent pair in ``ids`` ([a, a, a] has (a, a) twice), adding to ``counts``
+    in place when given, so that the counts of many chunks can be summed."""
     counts = {} if counts is None else counts
     for pair in pairwise(ids):
         counts[pair] = counts.get(pair, 0) + 1
@@ -94,10 +97,8 @@ def pair_counts(ids: Sequence[int], counts: dict[Pair, int] | None = None) -> di
 
 
 def merge(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
-    """Replace each occurrence of ``pair`` in ``ids`` by ``new_id``, scanning left to right.
-
-    Occurrences do not overlap: merging (a, a) in [a, a, a] gives [new_id, a].
-    """
+    """Replace each ``pair`` in ``ids`` by ``new_id``, left to right: (a, a) in [a, a, a] gives
+    [new_id, a]."""
     a, b = pair
     out: list[int] = []
     i, n = 0, len(ids)
@@ -125,22 +126,11 @@ def _as_byte_ids(chunk: str | bytes | Iterable[int]) -> list[int]:
     return ids
 
 
-def _check_num_merges(num_merges: int) -> None:
-    if not isinstance(num_merges, int) or isinstance(num_merges, bool) or num_merges < 0:
-        raise ValueError(f"num_merges must be an int >= 0, got {num_merges!r}")
-
-
 def train_merges_naive(chunks: Iterable[str | bytes | Sequence[int]],
                        num_merges: int) -> list[Pair]:
-    """Learn up to ``num_merges`` merges with the textbook algorithm.
-
-    Each step recounts every pair in every chunk (duplicated chunks count as often as they
-    occur), picks the pair with the highest count (ties: the smallest pair ``(a, b)``),
-    and merges it everywhere; merge ``i`` creates id ``256 + i``. Stops early when no
-    pair is left, so the result may be shorter than ``num_merges``. Slow: every step
-    walks the whole corpus.
-    """
-    _check_num_merges(num_merges)
+    """Learn up to ``num_merges`` merges, the textbook way: each step recounts every pair of
+    every chunk and merges the most frequent one everywhere. Stops early when no pair is left."""
+    check_int(num_merges, "num_merges", low=0)
     seqs = [_as_byte_ids(c) for c in chunks]
     merges: list[Pair] = []
     for i in range(num_merges):
@@ -172,23 +162,12 @@ def _dedupe(chunks: Mapping | Iterable) -> tuple[list[list[int]], list[int]]:
 def train_merges(chunks: Mapping[str | bytes | tuple[int, ...], int]
                  | Iterable[str | bytes | Sequence[int]],
                  num_merges: int, progress: bool = False) -> list[Pair]:
-    """Learn up to ``num_merges`` merges; same result as :func:`train_merges_naive`, much faster.
-
-    ``chunks`` is a list of chunks or a mapping (e.g. a ``Counter``) from chunk to count.
-    Same rule as the naive trainer: highest count first, ties go to the smallest pair
-    ``(a, b)``, merge ``i`` creates id ``256 + i``, stop early when no pair is left.
-
-    Three ideas make it fast:
-
-    1. identical chunks are stored once, with their count as a weight;
-    2. all chunks live in one doubly linked list of symbols, and an index from each pair to
-       the positions where it starts, so a merge only touches its own occurrences and their
-       two neighbours -- never a whole chunk, so even one endless chunk (DNA, a run of one
-       character) costs time in proportion to the merges actually made;
-    3. a max-heap of ``(-count, pair)`` to find the best pair; entries are not removed
-       when a count changes, a new one is pushed, and stale ones are skipped when popped.
-    """
-    _check_num_merges(num_merges)
+    """The merges of :func:`train_merges_naive`, fast. ``chunks``: a list, or a mapping (a
+    ``Counter``) from chunk to count. Identical chunks are stored once, with a weight; all
+    symbols live in one linked list with an index from each pair to where it starts, so a
+    merge touches only its own occurrences; a max-heap finds the best pair (stale entries are
+    skipped when popped)."""
+    check_int(num_merges, "num_merges", low=0)
     words, freqs = _dedupe(chunks)
     sym: list[int] = []  # the symbol at each position; -1 once merged into its left neighbour
     weight: list[int] = []  # the count of the chunk each position belongs to
@@ -255,14 +234,9 @@ _LONG_CHUNK = 512
 
 
 def encode_chunk(piece: bytes, ranks: Mapping[bytes, int]) -> list[int]:
-    """Encode one chunk with ranked merges, the rule of GPT-2 and tiktoken.
-
-    Start from single bytes; repeatedly join the adjacent two parts whose concatenation
-    has the lowest rank in ``ranks`` (leftmost on ties); stop when no concatenation is in
-    ``ranks``. Returns the ranks of the final parts, which are the token ids. Every
-    single byte must be in ``ranks``. Like tiktoken, a chunk that is itself a token is
-    returned as that token directly.
-    """
+    """Encode one chunk by rank, as GPT-2 and tiktoken do: from single bytes, join again and
+    again the two adjacent parts whose concatenation has the lowest rank (leftmost on ties);
+    return the parts' ranks, the token ids. A chunk that is itself a token is that token."""
     whole = ranks.get(piece)
     if whole is not None:
         return [whole]
@@ -288,13 +262,9 @@ def encode_chunk(piece: bytes, ranks: Mapping[bytes, int]) -> list[int]:
 
 
 def _encode_long_chunk(piece: bytes, ranks: Mapping[bytes, int]) -> list[int]:
-    """Same result as :func:`encode_chunk`, in O(n log n) with a heap and a linked list.
-
-    Parts are identified by their start offset; ``nxt[s]`` is where the part starting at
-    ``s`` ends. A heap entry ``(rank, start, end)`` stands for joining the part at
-    ``start`` with its right neighbour, ending at ``end``; it is still valid if ``start``
-    still begins a part and the two parts from there still end at ``end``.
-    """
+    """:func:`encode_chunk` in O(n log n): parts are named by their start ``s`` and end at
+    ``nxt[s]``; a heap entry ``(rank, start, end)`` joins two parts and is stale once they
+    changed."""
     n = len(piece)
     nxt = list(range(1, n + 1))
     prv = list(range(-1, n - 1))

@@ -14,6 +14,8 @@ It does not check files (``tinygpt.ckptio``, ``tinygpt.ckptcheck``) or command-l
 from __future__ import annotations
 
 import math
+import numbers
+import re
 from typing import Any, get_args
 
 
@@ -103,3 +105,47 @@ def check_token_ids(idx: object, vocab_size: int, block_size: int | None = None,
             b, t = (idx == bad).nonzero()[0].tolist()
             raise ValueError(f"token id {bad} at position (b={b}, t={t}) is outside the "
                              f"vocabulary: ids must be in [0, {vocab_size - 1}] for V={vocab_size}")
+
+
+def check_ids(ids: object, vocab_size: int, min_len: int = 0, name: str = "token") -> None:
+    """Raise a clear error unless ``ids`` is a 1-D sequence of at least ``min_len`` integer ids
+    in ``[0, vocab_size)``: a list or tuple of ints, or a 1-D integer numpy array or tensor.
+
+    ``TypeError`` for text, floats or bools; ``ValueError`` naming the shape, the length or the
+    first unknown id (``"unknown token id 7: valid ids are 0..4"``).
+    """
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{name} ids must be integers, not a {type(ids).__name__}: "
+                        "encode the text with a tokenizer first")
+    if hasattr(ids, "ndim") and hasattr(ids, "dtype"):  # a numpy array or a torch tensor
+        if ids.ndim != 1:
+            raise ValueError(f"{name} ids must be a 1-D sequence, got shape {tuple(ids.shape)}")
+        if "int" not in str(ids.dtype):  # int8..int64, uint8..: not bool, not float
+            raise TypeError(f"{name} ids must be integers, got dtype {ids.dtype}")
+        out_of_range = (ids < 0) | (ids >= vocab_size)
+        bad = [int(ids[out_of_range][0])] if bool(out_of_range.any()) else []
+    else:
+        if not hasattr(ids, "__len__"):
+            raise TypeError(f"{name} ids must be a sequence of ints, got {type(ids).__name__}")
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+                if hasattr(i, "__len__"):
+                    raise ValueError(f"{name} ids must be a 1-D sequence of ints, found {i!r}")
+                raise TypeError(f"{name} ids must be integers, found {i!r}")
+        bad = [i for i in ids if not 0 <= i < vocab_size][:1]
+    if len(ids) < min_len:
+        raise ValueError(f"need at least {min_len} {name} ids, got {len(ids)}")
+    if bad:
+        raise ValueError(f"unknown {name} id {bad[0]}: valid ids are 0..{vocab_size - 1}")
+
+
+def check_text(text: object, name: str = "text") -> str:
+    """``text`` if it is a str that UTF-8 can encode; ``TypeError`` for a non-str, ``ValueError``
+    naming the first lone surrogate (U+D800..U+DFFF: half of a UTF-16 pair, not text)."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, not {type(text).__name__}")
+    bad = re.search("[\ud800-\udfff]", text)
+    if bad:
+        raise ValueError(f"character U+{ord(bad.group()):04X} at position {bad.start()} is a "
+                         "lone surrogate, which is not text: UTF-8 cannot encode it")
+    return text

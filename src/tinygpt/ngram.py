@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tinygpt.bigram import _as_ids, _check_int, _check_smoothing, _draw
+from tinygpt.bigram import _draw, _id_array
+from tinygpt.checks import check_float, check_int
 
 
 class NGramModel:
@@ -30,7 +31,7 @@ class NGramModel:
     """
 
     def __init__(self, n: int, vocab_size: int, smoothing: float = 1.0) -> None:
-        self.n, self.vocab_size = _check_int("n", n, 1), _check_int("vocab_size", vocab_size, 1)
+        self.n, self.vocab_size = check_int(n, "n"), check_int(vocab_size, "vocab_size")
         if self.vocab_size ** self.n >= 2**63:
             raise ValueError(f"n={n} with vocab_size={vocab_size}: codes of V**n = "
                              f"{self.vocab_size ** self.n} do not fit in int64")
@@ -44,7 +45,7 @@ class NGramModel:
 
     @smoothing.setter
     def smoothing(self, k: float) -> None:
-        self._smoothing = _check_smoothing(k)
+        self._smoothing = check_float(k, "smoothing", 0)
 
     def _codes(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Context codes ``(N - n + 1,)`` and the token after each ``(N - n + 1,)``."""
@@ -56,7 +57,7 @@ class NGramModel:
 
     def fit(self, ids) -> NGramModel:
         """Count every n-gram of ``ids`` (replacing earlier counts); return ``self``."""
-        context, target = self._codes(_as_ids(ids, self.vocab_size, min_len=self.n))
+        context, target = self._codes(_id_array(ids, self.vocab_size, min_len=self.n))
         ngram = context * self.vocab_size + target  # (N - n + 1,) context and next as one code
         self._ngrams, self._ngram_counts = np.unique(ngram, return_counts=True)
         self._contexts, self._context_counts = np.unique(context, return_counts=True)
@@ -86,7 +87,7 @@ class NGramModel:
 
     def _scored(self, ids) -> tuple[np.ndarray, np.ndarray]:
         self._check_fitted()
-        context, target = self._codes(_as_ids(ids, self.vocab_size, min_len=self.n))
+        context, target = self._codes(_id_array(ids, self.vocab_size, min_len=self.n))
         pair = self._lookup(self._ngrams, self._ngram_counts, context * self.vocab_size + target)
         seen = self._lookup(self._contexts, self._context_counts, context)
         return pair, seen
@@ -120,7 +121,7 @@ class NGramModel:
         ``context`` (all zeros for an unseen context when ``smoothing=0``)."""
         self._check_fitted()
         V = self.vocab_size
-        a = _as_ids(context, V, min_len=self.n - 1)
+        a = _id_array(context, V, min_len=self.n - 1)
         code = 0
         for token in a[len(a) - (self.n - 1) :]:  # the last n-1 ids (none for n = 1)
             code = code * V + int(token)
@@ -133,8 +134,8 @@ class NGramModel:
 
     def sample(self, prompt, num_tokens: int, generator: torch.Generator) -> list[int]:
         """``num_tokens`` ids drawn one at a time after ``prompt`` (at least ``n - 1`` ids)."""
-        num_tokens = _check_int("num_tokens", num_tokens, 0)
-        history = [int(i) for i in _as_ids(prompt, self.vocab_size, min_len=self.n - 1)]
+        check_int(num_tokens, "num_tokens", low=0)
+        history = [int(i) for i in _id_array(prompt, self.vocab_size, min_len=self.n - 1)]
         u = torch.rand(num_tokens, generator=generator, dtype=torch.float64)  # (num_tokens,)
         for step in range(num_tokens):
             cdf = self.probs(history[len(history) - (self.n - 1) :]).cumsum(0)  # (V,)

@@ -1,4 +1,4 @@
-"""Tests for tinygpt.micro: the pure-Python GPT against the book's torch GPT given the same
+"""Tests for tinygpt.scalar_gpt: the pure-Python GPT against the book's torch GPT given the same
 weights (logits, loss, gradients, Adam), the fused dot product against the engine's own
 operations, sampling, training and the errors bad input gets."""
 
@@ -11,34 +11,34 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinygpt import micro
+from tinygpt import scalar_gpt
 from tinygpt.autograd import Value, zero_grad
 from tinygpt.config import GPTConfig
-from tinygpt.micro import MicroConfig
 from tinygpt.model import GPT
+from tinygpt.scalar_gpt import MicroConfig
 
 SMALL = MicroConfig(vocab_size=7, n_embd=8, n_head=2, n_layer=2, block_size=6)
 
 
-def torch_twin(params: micro.Params, config: MicroConfig) -> GPT:
+def torch_twin(params: scalar_gpt.Params, config: MicroConfig) -> GPT:
     """The book's GPT in float64 holding ``params``, its norm scales frozen at 1."""
-    model = GPT(GPTConfig(**micro.gpt_config_fields(config))).double()
-    state = micro.to_gpt_state_dict(micro.export_weights(params), config)
+    model = GPT(GPTConfig(**scalar_gpt.gpt_config_fields(config))).double()
+    state = scalar_gpt.to_gpt_state_dict(scalar_gpt.export_weights(params), config)
     model.load_state_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in state.items()})
     for name, p in model.named_parameters():
         p.requires_grad_(".ln_" not in name)
     return model
 
 
-def micro_logits(params: micro.Params, config: MicroConfig, ids: list[int]) -> list[list[float]]:
-    keys, values = micro.new_cache(config)
-    return [[z.data for z in micro.forward_token(params, config, i, keys, values)] for i in ids]
+def micro_logits(params: scalar_gpt.Params, config: MicroConfig, ids: list[int]) -> list[list[float]]:
+    keys, values = scalar_gpt.new_cache(config)
+    return [[z.data for z in scalar_gpt.forward_token(params, config, i, keys, values)] for i in ids]
 
 
 @pytest.mark.parametrize("config", [SMALL, MicroConfig(vocab_size=5, n_embd=4, n_head=4,
                                                        n_layer=1, block_size=3)])
 def test_logits_loss_and_gradients_match_the_torch_gpt(config):
-    params = micro.init_params(config, seed=1, std=0.5)  # large weights: nothing is near zero
+    params = scalar_gpt.init_params(config, seed=1, std=0.5)  # large weights: nothing is near zero
     tokens = random.Random(2).choices(range(config.vocab_size), k=config.block_size + 1)
     model = torch_twin(params, config)
     idx = torch.tensor(tokens)[None]  # (1, T + 1)
@@ -46,12 +46,12 @@ def test_logits_loss_and_gradients_match_the_torch_gpt(config):
     ours = torch.tensor(micro_logits(params, config, tokens[:-1]), dtype=torch.float64)
     torch.testing.assert_close(ours, logits[0].detach(), rtol=0, atol=1e-12)
 
-    ours_loss = micro.loss_fn(params, config, tokens)
+    ours_loss = scalar_gpt.loss_fn(params, config, tokens)
     assert ours_loss.data == pytest.approx(loss.item(), abs=1e-12)
     ours_loss.backward()
     loss.backward()
     grads = dict(model.named_parameters())
-    for name, gpt_name in micro.gpt_names(config).items():
+    for name, gpt_name in scalar_gpt.gpt_names(config).items():
         expected = grads[gpt_name].grad
         got = torch.tensor([[p.grad for p in row] for row in params[name]], dtype=torch.float64)
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-12, msg=name)
@@ -59,16 +59,16 @@ def test_logits_loss_and_gradients_match_the_torch_gpt(config):
 
 
 def test_adam_steps_match_torch_optim_adam():
-    params = micro.init_params(SMALL, seed=3)
+    params = scalar_gpt.init_params(SMALL, seed=3)
     model = torch_twin(params, SMALL)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt_t = torch.optim.Adam(trainable, lr=0.05, betas=(0.85, 0.99), eps=1e-8)
-    flat = micro.parameters(params)
-    opt = micro.Adam(flat, lr=0.05)
+    flat = scalar_gpt.parameters(params)
+    opt = scalar_gpt.Adam(flat, lr=0.05)
     rng = random.Random(4)
     for step in range(3):
         tokens = rng.choices(range(SMALL.vocab_size), k=5)
-        loss = micro.loss_fn(params, SMALL, tokens)
+        loss = scalar_gpt.loss_fn(params, SMALL, tokens)
         zero_grad(flat)
         loss.backward()
         opt.step(lr=0.05 / (step + 1))  # a changing learning rate, as in a schedule
@@ -77,11 +77,11 @@ def test_adam_steps_match_torch_optim_adam():
         model(idx[:, :-1], idx[:, 1:])[1].backward()
         opt_t.param_groups[0]["lr"] = 0.05 / (step + 1)
         opt_t.step()
-    back = micro.from_gpt_state_dict(model.state_dict(), SMALL)
-    for name, weights in micro.export_weights(params).items():
+    back = scalar_gpt.from_gpt_state_dict(model.state_dict(), SMALL)
+    for name, weights in scalar_gpt.export_weights(params).items():
         torch.testing.assert_close(torch.tensor(weights), torch.tensor(back[name]),
                                    rtol=0, atol=1e-12)
-    assert micro.export_weights(params) != micro.export_weights(micro.init_params(SMALL, seed=3))
+    assert scalar_gpt.export_weights(params) != scalar_gpt.export_weights(scalar_gpt.init_params(SMALL, seed=3))
 
 
 @settings(max_examples=40, deadline=None)
@@ -90,7 +90,7 @@ def test_dot_equals_products_summed_with_the_engine(a_data, draw):
     b_data = draw.draw(st.lists(st.floats(-5, 5), min_size=len(a_data), max_size=len(a_data)))
     a1, b1 = [Value(x) for x in a_data], [Value(x) for x in b_data]
     a2, b2 = [Value(x) for x in a_data], [Value(x) for x in b_data]
-    fused = micro.dot(a1, b1) * micro.dot(a1, a1)  # a reused vector: gradients from both uses
+    fused = scalar_gpt.dot(a1, b1) * scalar_gpt.dot(a1, a1)  # a reused vector: gradients from both uses
     plain = sum(x * y for x, y in zip(a2, b2)) * sum(x * x for x in a2)
     fused.backward()
     plain.backward()
@@ -100,30 +100,30 @@ def test_dot_equals_products_summed_with_the_engine(a_data, draw):
 
 
 def test_sampling_is_reproducible_and_ends_at_bos():
-    params = micro.init_params(SMALL, seed=5, std=0.5)
+    params = scalar_gpt.init_params(SMALL, seed=5, std=0.5)
     bos = SMALL.vocab_size - 1
-    draws = [micro.sample(params, SMALL, bos, random.Random(s), temperature=1.0) for s in range(8)]
-    assert draws == [micro.sample(params, SMALL, bos, random.Random(s), temperature=1.0)
+    draws = [scalar_gpt.sample(params, SMALL, bos, random.Random(s), temperature=1.0) for s in range(8)]
+    assert draws == [scalar_gpt.sample(params, SMALL, bos, random.Random(s), temperature=1.0)
                      for s in range(8)]
     assert len(set(map(tuple, draws))) > 1  # the seed matters
     assert all(len(d) <= SMALL.block_size and bos not in d for d in draws)
     with pytest.raises(ValueError, match="temperature"):
-        micro.sample(params, SMALL, bos, random.Random(0), temperature=0.0)
+        scalar_gpt.sample(params, SMALL, bos, random.Random(0), temperature=0.0)
 
 
 def test_training_lowers_the_loss_and_weights_round_trip():
-    tok = micro.DocTokenizer(["abba", "baab"])
+    tok = scalar_gpt.DocTokenizer(["abba", "baab"])
     config = MicroConfig(tok.vocab_size, n_embd=8, n_head=2, block_size=6)
-    params = micro.init_params(config, seed=0)
-    history = micro.train(params, config, [tok.encode("abba"), tok.encode("baab")], steps=40,
+    params = scalar_gpt.init_params(config, seed=0)
+    history = scalar_gpt.train(params, config, [tok.encode("abba"), tok.encode("baab")], steps=40,
                           lr=0.05)
     assert history[-1] < 0.5 * history[0]
-    weights = micro.export_weights(params)
-    assert micro.export_weights(micro.import_weights(weights, config)) == weights
+    weights = scalar_gpt.export_weights(params)
+    assert scalar_gpt.export_weights(scalar_gpt.import_weights(weights, config)) == weights
 
 
 def test_tokenizer_adds_one_bos_token():
-    tok = micro.DocTokenizer(["emma", "olivia"])
+    tok = scalar_gpt.DocTokenizer(["emma", "olivia"])
     assert tok.vocab_size == len(set("emmaolivia")) + 1 and tok.bos == tok.vocab_size - 1
     ids = tok.encode("liam")
     assert ids[0] == ids[-1] == tok.bos and tok.decode(ids) == "liam"
@@ -132,29 +132,32 @@ def test_tokenizer_adds_one_bos_token():
 
 
 def test_bad_input_gets_a_clear_error():
-    params = micro.init_params(SMALL)
-    keys, values = micro.new_cache(SMALL)
-    for bad in (SMALL.vocab_size, -1, 2.0, True):
+    params = scalar_gpt.init_params(SMALL)
+    keys, values = scalar_gpt.new_cache(SMALL)
+    for bad in (SMALL.vocab_size, -1):
         with pytest.raises(ValueError, match="unknown token id"):
-            micro.forward_token(params, SMALL, bad, keys, values)
+            scalar_gpt.forward_token(params, SMALL, bad, keys, values)
+    for bad in (2.0, True):
+        with pytest.raises(TypeError, match="token ids must be integers"):
+            scalar_gpt.forward_token(params, SMALL, bad, keys, values)
     for t in range(SMALL.block_size):
-        micro.forward_token(params, SMALL, t % SMALL.vocab_size, keys, values)
+        scalar_gpt.forward_token(params, SMALL, t % SMALL.vocab_size, keys, values)
     with pytest.raises(ValueError, match="block_size=6"):
-        micro.forward_token(params, SMALL, 0, keys, values)
+        scalar_gpt.forward_token(params, SMALL, 0, keys, values)
     with pytest.raises(ValueError, match="block_size"):
-        micro.loss_fn(params, SMALL, [0] * (SMALL.block_size + 2))
-    with pytest.raises(ValueError, match="unknown target id 7"):
-        micro.loss_fn(params, SMALL, [0, 7])
+        scalar_gpt.loss_fn(params, SMALL, [0] * (SMALL.block_size + 2))
+    with pytest.raises(ValueError, match="unknown token id 7"):
+        scalar_gpt.loss_fn(params, SMALL, [0, 7])
     with pytest.raises(ValueError, match="n_head"):
         MicroConfig(vocab_size=5, n_embd=6, n_head=4)
     with pytest.raises(ValueError, match="vocab_size"):
         MicroConfig(vocab_size=0)
-    weights = micro.export_weights(params)
+    weights = scalar_gpt.export_weights(params)
     with pytest.raises(ValueError, match="lm_head must be 7 x 8"):
-        micro.import_weights(weights | {"lm_head": weights["lm_head"][:-1]}, SMALL)
+        scalar_gpt.import_weights(weights | {"lm_head": weights["lm_head"][:-1]}, SMALL)
     with pytest.raises(ValueError, match="missing"):
-        micro.import_weights({"wte": weights["wte"]}, SMALL)
-    state = micro.to_gpt_state_dict(weights, SMALL)
+        scalar_gpt.import_weights({"wte": weights["wte"]}, SMALL)
+    state = scalar_gpt.to_gpt_state_dict(weights, SMALL)
     state["transformer.ln_f.weight"] = [2.0] * SMALL.n_embd
     with pytest.raises(ValueError, match="ln_f"):
-        micro.from_gpt_state_dict(state, SMALL)
+        scalar_gpt.from_gpt_state_dict(state, SMALL)

@@ -1,19 +1,11 @@
 """The whole GPT in pure Python: lists of ``Value`` scalars, trained one short string at a time.
 
-It handles, on nothing but the standard library and ``tinygpt.autograd.Value``:
-
-* ``MicroConfig`` (sizes) and ``DocTokenizer`` (characters plus one BOS token that starts and
-  ends every string);
-* the parameters, a dict of matrices (lists of rows of ``Value``) with GPT-2's names; export to
-  and import from nested lists of floats, and the mapping onto ``tinygpt.model.GPT``'s state dict;
-* the forward pass one token at a time: embeddings, then per block RMSNorm -> multi-head
-  attention over the cached keys and values -> residual, RMSNorm -> ReLU MLP -> residual; a final
-  RMSNorm and ``lm_head``. No norm scales, no biases: chapter 7's ``GPT`` with ``norm="rmsnorm"``,
-  ``activation="relu"``, ``bias=False``, ``tie_weights=False`` and its norm scales fixed at 1;
-* the mean cross-entropy of a string, Adam written out, a training loop and temperature sampling.
-
-It does not batch, vectorise, use a GPU or save files: it is for reading, and far slower than the
-same model in torch.
+On nothing but the standard library and :class:`tinygpt.autograd.Value`: sizes (``MicroConfig``),
+a character tokenizer with a BOS token, GPT-2-named parameters (exported as lists of floats and
+mapped onto :class:`tinygpt.model.GPT`'s state dict), the forward pass one token at a time with a
+key/value cache (RMSNorm, multi-head attention, ReLU MLP; no biases, no norm scales), the loss,
+Adam, a training loop and sampling. It does not batch, vectorise, use a GPU or save files: it is
+for reading, and far slower than the same model in torch.
 """
 
 from __future__ import annotations
@@ -24,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from tinygpt.autograd import Value, gc_paused, zero_grad
+from tinygpt.checks import check_float, check_ids, check_int
 from tinygpt.tokenizer import CharTokenizer
 
 Vector = list[Value]
@@ -44,8 +37,7 @@ class MicroConfig:
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"MicroConfig.{name} must be a positive integer, got {value!r}")
+            check_int(value, name)
         if self.n_embd % self.n_head:
             raise ValueError(f"MicroConfig.n_embd={self.n_embd} must be divisible by "
                              f"n_head={self.n_head}")
@@ -188,10 +180,11 @@ def new_cache(config: MicroConfig) -> tuple[Cache, Cache]:
     return [[] for _ in range(config.n_layer)], [[] for _ in range(config.n_layer)]
 
 
-def _check_id(i: object, config: MicroConfig, what: str) -> int:
-    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < config.vocab_size:
-        raise ValueError(f"unknown {what} id {i!r}: ids must be in [0, {config.vocab_size - 1}]")
-    return i
+def _check_position(token_id: int, pos: int, config: MicroConfig) -> None:
+    check_ids([token_id], config.vocab_size)
+    if pos >= config.block_size:
+        raise ValueError(f"position {pos} is past the context length block_size="
+                         f"{config.block_size}; start a new cache or crop the sequence")
 
 
 def forward_token(params: Params, config: MicroConfig, token_id: int,
@@ -202,10 +195,7 @@ def forward_token(params: Params, config: MicroConfig, token_id: int,
     positions fed so far, so the model cannot look ahead (causality by construction).
     """
     C, d, pos = config.n_embd, config.head_size, len(keys[0])
-    _check_id(token_id, config, "token")
-    if pos >= config.block_size:
-        raise ValueError(f"position {pos} is past the context length block_size="
-                         f"{config.block_size}; start a new cache or crop the sequence")
+    _check_position(token_id, pos, config)
     x = [t + p for t, p in zip(params["wte"][token_id], params["wpe"][pos])]  # (C,)
     for i in range(config.n_layer):
         h = f"h.{i}."
@@ -226,18 +216,22 @@ def forward_token(params: Params, config: MicroConfig, token_id: int,
     return linear(rmsnorm(x), params["lm_head"])  # (V,) logits
 
 
-def loss_fn(params: Params, config: MicroConfig, tokens: Sequence[int]) -> Value:
-    """Mean cross-entropy of predicting ``tokens[t + 1]`` from ``tokens[:t + 1]``, for every t."""
-    n = len(tokens) - 1
-    if not 1 <= n <= config.block_size:
+def _check_document(tokens: Sequence[int], config: MicroConfig) -> int:
+    check_ids(tokens, config.vocab_size)
+    if not 2 <= len(tokens) <= config.block_size + 1:
         raise ValueError(f"tokens must hold 2 to block_size + 1 = {config.block_size + 1} ids "
                          f"(inputs and targets), got {len(tokens)}; crop longer strings")
+    return len(tokens) - 1
+
+
+def loss_fn(params: Params, config: MicroConfig, tokens: Sequence[int]) -> Value:
+    """Mean cross-entropy of predicting ``tokens[t + 1]`` from ``tokens[:t + 1]``, for every t."""
+    n = _check_document(tokens, config)  # the number of predictions: len(tokens) - 1
     keys, values = new_cache(config)
     losses = []
     for t in range(n):
         probs = softmax(forward_token(params, config, tokens[t], keys, values))  # (V,)
-        target = _check_id(tokens[t + 1], config, "target")
-        losses.append(-probs[target].log())  # -ln p(target)
+        losses.append(-probs[tokens[t + 1]].log())  # -ln p(target)
     return sum(losses) / n
 
 
@@ -288,8 +282,7 @@ def sample(params: Params, config: MicroConfig, bos: int, rng: random.Random,
            temperature: float = 0.5) -> list[int]:
     """Ids drawn from ``softmax(logits / temperature)`` after ``bos``, until ``bos`` comes again
     (not returned) or the context is full."""
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    check_float(temperature, "temperature", 0, low_open=True)
     keys, values = new_cache(config)
     token, out = bos, []
     for _ in range(config.block_size):
