@@ -47,7 +47,7 @@ CHAPTERS: list[tuple[int, str, str, list[str]]] = [
     (4, "04_embeddings", "Embeddings", ["embedding", "wordvec"]),
     (5, "05_attention", "Attention", ["attention"]),
     (6, "06_block", "Transformer block", ["checks", "config", "block"]),
-    (7, "07_gpt", "The GPT", ["model"]),
+    (7, "07_gpt", "The GPT", ["model", "gpt2"]),
     (8, "08_training", "Training", ["train", "checkpoint", "ckptio", "ckptcheck", "cli",
                                     "cli_checks"]),
     (9, "09_sampling", "Sampling", ["sample", "widgets"]),
