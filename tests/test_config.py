@@ -48,9 +48,9 @@ def test_unknown_choices_are_rejected_with_the_valid_ones(field, bad):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(n_layer=0), "n_layer"), (dict(n_layer=-2), "n_layer"), (dict(mlp_hidden=0), "mlp_hidden"),
-    (dict(norm_eps=0.0), "norm_eps"), (dict(norm_eps=-1e-5), "norm_eps"),
-    (dict(norm_eps=1.0), "norm_eps"),
+    ({"n_layer": 0}, "n_layer"), ({"n_layer": -2}, "n_layer"), ({"mlp_hidden": 0}, "mlp_hidden"),
+    ({"norm_eps": 0.0}, "norm_eps"), ({"norm_eps": -1e-5}, "norm_eps"),
+    ({"norm_eps": 1.0}, "norm_eps"),
 ])
 def test_bad_values_raise_value_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -58,10 +58,10 @@ def test_bad_values_raise_value_error(kwargs, match):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(norm_eps="1e-5"), "norm_eps"), (dict(norm_eps=True), "norm_eps"),
-    (dict(n_layer=1.5), "n_layer"), (dict(mlp_hidden=3.0), "mlp_hidden"),
-    (dict(mlp_hidden=True), "mlp_hidden"),
-    (dict(tie_weights=1), "tie_weights"), (dict(tie_weights="yes"), "tie_weights"),
+    ({"norm_eps": "1e-5"}, "norm_eps"), ({"norm_eps": True}, "norm_eps"),
+    ({"n_layer": 1.5}, "n_layer"), ({"mlp_hidden": 3.0}, "mlp_hidden"),
+    ({"mlp_hidden": True}, "mlp_hidden"),
+    ({"tie_weights": 1}, "tie_weights"), ({"tie_weights": "yes"}, "tie_weights"),
 ])
 def test_bad_types_raise_type_error(kwargs, match):
     with pytest.raises(TypeError, match=match):

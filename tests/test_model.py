@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import tinygpt.config
 from tinygpt.config import GPTConfig
+from tinygpt.gpt2 import from_hf_state_dict, to_hf_state_dict
 from tinygpt.model import GPT, num_parameters, parameter_counts
 
 transformers = pytest.importorskip("transformers")
@@ -192,14 +193,14 @@ def test_same_logits_as_hugging_face_gpt2(tie):
     torch.manual_seed(4)
     ours = GPT(config).eval()
     theirs = hf_model(config)
-    theirs.load_state_dict(ours.to_hf_state_dict(), strict=True)
+    theirs.load_state_dict(to_hf_state_dict(ours), strict=True)
     idx = torch.randint(0, config.vocab_size, (3, config.block_size))
     with torch.no_grad():
         ref = theirs(idx).logits
         assert (ours(idx) - ref).abs().max().item() < 1e-5
         # the other direction: HF's own random weights loaded into ours
-        back = GPT.from_hf_state_dict(hf_model(config).state_dict(), config).eval()
-        theirs.load_state_dict(back.to_hf_state_dict())
+        back = from_hf_state_dict(hf_model(config).state_dict(), config).eval()
+        theirs.load_state_dict(to_hf_state_dict(back))
         assert (back(idx) - theirs(idx).logits).abs().max().item() < 1e-5
         # HF shifts labels itself; ours takes the already-shifted targets
         hf_loss = theirs(idx, labels=idx).loss
@@ -213,7 +214,7 @@ def test_same_logits_as_hugging_face_gpt2(tie):
         if tie:
             noisy["lm_head.weight"] = noisy["transformer.wte.weight"]
         theirs.load_state_dict(noisy, strict=True)
-        back = GPT.from_hf_state_dict(noisy, config).eval()
+        back = from_hf_state_dict(noisy, config).eval()
         ref = theirs(idx).logits
         assert ref.std() > 0.3  # logits no longer near 0 (at initialisation: about 0.1)
         assert (back(idx) - ref).abs().max().item() < 1e-5
@@ -223,20 +224,22 @@ def test_same_logits_as_hugging_face_gpt2(tie):
 
 
 def test_hf_mapping_rejects_mismatches():
-    sd = GPT(SMALL).to_hf_state_dict()
+    sd = to_hf_state_dict(GPT(SMALL))
+    with pytest.raises(TypeError, match="model must be a GPT"):
+        to_hf_state_dict(sd)
     with pytest.raises(ValueError, match="missing"):
-        GPT.from_hf_state_dict({k: v for k, v in sd.items() if "ln_f" not in k}, SMALL)
+        from_hf_state_dict({k: v for k, v in sd.items() if "ln_f" not in k}, SMALL)
     with pytest.raises(ValueError, match="unexpected"):
-        GPT.from_hf_state_dict({**sd, "transformer.extra.weight": torch.zeros(1)}, SMALL)
+        from_hf_state_dict({**sd, "transformer.extra.weight": torch.zeros(1)}, SMALL)
     with pytest.raises(ValueError, match="shape"):
-        GPT.from_hf_state_dict(sd, replace(SMALL, vocab_size=60))
+        from_hf_state_dict(sd, replace(SMALL, vocab_size=60))
     with pytest.raises(ValueError, match="rmsnorm"):
-        GPT(replace(SMALL, norm="rmsnorm")).to_hf_state_dict()
-    untied = GPT(replace(SMALL, tie_weights=False)).to_hf_state_dict()
+        to_hf_state_dict(GPT(replace(SMALL, norm="rmsnorm")))
+    untied = to_hf_state_dict(GPT(replace(SMALL, tie_weights=False)))
     with pytest.raises(ValueError, match="not tied"):
-        GPT.from_hf_state_dict(untied, SMALL)
+        from_hf_state_dict(untied, SMALL)
     tied_without_head = {k: v for k, v in sd.items() if k != "lm_head.weight"}
-    model = GPT.from_hf_state_dict(tied_without_head, SMALL)
+    model = from_hf_state_dict(tied_without_head, SMALL)
     assert torch.equal(model.lm_head.weight, sd["transformer.wte.weight"])
 
 
@@ -302,6 +305,21 @@ def test_bad_inputs_raise_clear_errors():
             model(ok, caches=model.new_caches(1)[:1])
         with pytest.raises(TypeError, match="KVCache"):
             model(ok, caches=[None, None])
+        other = GPT(replace(SMALL, n_head=8)).new_caches(1)  # d_k = 4, not 8
+        with pytest.raises(ValueError, match="d_k=8"):
+            model(ok, caches=other)
+
+
+def test_a_gpt_checks_its_input_once_and_its_layers_do_not_again():
+    model = GPT(replace(SMALL, norm="rmsnorm"))
+    layers = [m for m in model.modules() if hasattr(m, "checks_input")]
+    assert len(layers) == 3 * SMALL.n_layer + 1  # ln_1, attn, ln_2 per block, and ln_f
+    assert not any(m.checks_input for m in layers)
+    from tinygpt.block import Block
+    alone = Block(SMALL)  # a block of its own still checks what it is given
+    assert all(m.checks_input for m in alone.modules() if hasattr(m, "checks_input"))
+    with pytest.raises(ValueError, match="last dimension must be 32"):
+        alone(torch.zeros(1, 3, 31))
 
 
 def test_bad_configs_raise_clear_errors():

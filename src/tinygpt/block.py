@@ -1,26 +1,10 @@
-"""The transformer block: normalisation, the MLP, and attention, joined by residual connections.
+"""The transformer block and the layers only a block uses.
 
-It handles one block of a GPT and the layers only a block uses:
-
-* ``LayerNorm(n_embd, eps, bias)`` and ``RMSNorm(n_embd, eps)``: each position's vector is
-  normalised on its own -- LayerNorm removes its mean and divides by its standard deviation,
-  RMSNorm only divides by its root mean square -- then scaled (and, for LayerNorm, shifted) by
-  learned per-channel parameters. ``explicit(x)`` computes them from their formulas; ``forward``
-  gives the same numbers through torch's one-kernel ``F.layer_norm`` / ``F.rms_norm`` (fewer
-  operations, so faster on small CPU models); both equal ``torch.nn.LayerNorm`` and
-  ``torch.nn.RMSNorm``. ``make_norm(config)`` picks one from ``config.norm``.
-* ``relu``, ``gelu`` (exact, ``x * Phi(x)``) and ``gelu_tanh`` (GPT-2's tanh approximation),
-  written from their formulas, and ``Activation(name)``, the module that applies one of them
-  (through the equal torch kernel, ``F.gelu``/``F.relu``, unless ``explicit=True``).
-* ``MLP(config)``: expand each position's vector from ``C`` to ``config.mlp_width`` (``4C`` by
-  default), apply the activation, contract back to ``C``.
-* ``Block(config)``: attention and the MLP, each wrapped in a residual connection, with the norms
-  placed by ``config.norm_position``: ``"pre"`` (GPT-2) normalises each sub-layer's input,
-  ``"post"`` (GPT-1, the 2017 transformer) normalises after each residual addition.
-
-It does not build the embeddings, the stack of blocks, the final norm or the output layer (the
-model does), nor initialise weights the GPT-2 way (the model does; PyTorch's defaults apply here).
-Attention itself lives in ``tinygpt.attention``.
+``LayerNorm`` and ``RMSNorm`` (each with a fused ``forward`` and an ``explicit`` formula),
+``make_norm(config)``, the activations ``relu``, ``gelu``, ``gelu_tanh`` and the module
+``ActivationLayer``, the ``MLP``, and ``Block``: attention and the MLP in residual connections,
+norms placed before (GPT-2) or after (GPT-1) each. Embeddings, the stack of blocks, the final
+norm and GPT-2's initialisation belong to the model; attention to ``tinygpt.attention``.
 """
 
 from __future__ import annotations
@@ -34,51 +18,41 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.attention import CausalSelfAttention, KVCache
-from tinygpt.config import GPTConfig
+from tinygpt.checks import check_bool, check_choice, check_float, check_instance, check_int
+from tinygpt.config import ACTIVATIONS, Activation, GPTConfig
 
 
-def _check_norm_args(n_embd: object, eps: object) -> None:
-    if isinstance(n_embd, bool) or not isinstance(n_embd, int) or n_embd < 1:
-        raise ValueError(f"n_embd must be a positive integer, got {n_embd!r}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-        raise ValueError(f"eps must be a positive number, got {eps!r}")
-
-
-def _check_width(x: object, n_embd: int, who: str) -> None:
+def _check_width(norm: LayerNorm | RMSNorm, x: object) -> None:
+    """A clear error unless ``x`` is a tensor of shape ``(..., C)``; nothing inside a ``GPT``."""
+    if not norm.checks_input:
+        return
+    who = type(norm).__name__
     if not isinstance(x, Tensor):
         raise TypeError(f"{who} expects a torch.Tensor, got {type(x).__name__}")
-    if x.ndim == 0 or x.shape[-1] != n_embd:
-        raise ValueError(f"{who} normalises vectors of width {n_embd}: the input's last dimension "
-                         f"must be {n_embd}, got shape {tuple(x.shape)}")
+    if x.ndim == 0 or x.shape[-1] != norm.n_embd:
+        raise ValueError(f"{who} normalises vectors of width {norm.n_embd}: the input's last "
+                         f"dimension must be {norm.n_embd}, got shape {tuple(x.shape)}")
 
 
 class LayerNorm(nn.Module):
-    """``y = (x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension, ``(..., C)``.
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension, ``(..., C)``."""
 
-    ``mean`` and ``var`` are those of each vector's ``C`` entries (the biased variance, divided
-    by ``C``). ``weight`` starts at ones and ``bias`` at zeros, so a new layer only normalises;
-    ``bias=False`` drops the shift.
-    """
+    checks_input = True  # a GPT turns this off: it has checked its input once
 
     def __init__(self, n_embd: int, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
-        _check_norm_args(n_embd, eps)
-        self.n_embd = n_embd
-        self.eps = float(eps)
+        self.n_embd = check_int(n_embd, "n_embd")
+        self.eps = check_float(eps, "eps", 0.0, low_open=True)
         self.weight = nn.Parameter(torch.ones(n_embd))  # (C,) scale, gamma
         self.bias = nn.Parameter(torch.zeros(n_embd)) if bias else None  # (C,) shift, beta
 
     def forward(self, x: Tensor) -> Tensor:
-        """Normalise each vector of ``x``, shape ``(..., C)``; returns the same shape.
-
-        One fused kernel, ``F.layer_norm``; it computes what ``explicit`` writes out.
-        """
-        _check_width(x, self.n_embd, "LayerNorm")
+        _check_width(self, x)
         return F.layer_norm(x, (self.n_embd,), self.weight, self.bias, self.eps)  # (..., C)
 
     def explicit(self, x: Tensor) -> Tensor:
-        """The formula, step by step: the same result as ``forward``, with more operations."""
-        _check_width(x, self.n_embd, "LayerNorm")
+        """The formula, step by step: what the fused ``F.layer_norm`` of ``forward`` computes."""
+        _check_width(self, x)
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
         centred = x - mean  # (..., C), mean 0
         var = (centred * centred).mean(dim=-1, keepdim=True)  # (..., 1), two passes: no cancellation
@@ -90,30 +64,23 @@ class LayerNorm(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """``y = x / sqrt(mean(x**2) + eps) * weight`` over the last dimension, ``(..., C)``.
+    """``x / sqrt(mean(x**2) + eps) * weight`` over the last dimension: no mean, no shift."""
 
-    No mean is removed and there is no shift: only each vector's scale is normalised
-    (Zhang and Sennrich, 2019). ``weight`` starts at ones.
-    """
+    checks_input = True  # a GPT turns this off: it has checked its input once
 
     def __init__(self, n_embd: int, eps: float = 1e-5) -> None:
         super().__init__()
-        _check_norm_args(n_embd, eps)
-        self.n_embd = n_embd
-        self.eps = float(eps)
+        self.n_embd = check_int(n_embd, "n_embd")
+        self.eps = check_float(eps, "eps", 0.0, low_open=True)
         self.weight = nn.Parameter(torch.ones(n_embd))  # (C,) scale
 
     def forward(self, x: Tensor) -> Tensor:
-        """Divide each vector of ``x``, shape ``(..., C)``, by its RMS; returns the same shape.
-
-        One fused kernel, ``F.rms_norm``; it computes what ``explicit`` writes out.
-        """
-        _check_width(x, self.n_embd, "RMSNorm")
+        _check_width(self, x)
         return F.rms_norm(x, (self.n_embd,), self.weight, self.eps)  # (..., C)
 
     def explicit(self, x: Tensor) -> Tensor:
-        """The formula, step by step: the same result as ``forward``, with more operations."""
-        _check_width(x, self.n_embd, "RMSNorm")
+        """The formula, step by step: what the fused ``F.rms_norm`` of ``forward`` computes."""
+        _check_width(self, x)
         mean_square = (x * x).mean(dim=-1, keepdim=True)  # (..., 1)
         return x * torch.rsqrt(mean_square + self.eps) * self.weight  # (..., C)
 
@@ -122,10 +89,7 @@ class RMSNorm(nn.Module):
 
 
 def make_norm(config: GPTConfig) -> LayerNorm | RMSNorm:
-    """The normalisation ``config.norm`` names, of width ``n_embd``, with ``config.norm_eps``.
-
-    LayerNorm gets a bias when ``config.bias`` is true; RMSNorm never has one.
-    """
+    """The norm ``config.norm`` names; LayerNorm has a bias when ``config.bias`` is true."""
     if config.norm == "layernorm":
         return LayerNorm(config.n_embd, config.norm_eps, bias=config.bias)
     return RMSNorm(config.n_embd, config.norm_eps)  # GPTConfig allows only these two
@@ -147,34 +111,22 @@ def gelu_tanh(x: Tensor) -> Tensor:
     return 0.5 * x * (1.0 + torch.tanh(inner))
 
 
-ACTIVATION_FUNCTIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "gelu_tanh": gelu_tanh,
-    "gelu": gelu,
-    "relu": relu,
-}  # the same names, in the same order, as ``tinygpt.config.ACTIVATIONS``
-
-FAST_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
-    "gelu": F.gelu,
-    "relu": F.relu,
-}  # torch's one-kernel versions of the functions above: the same values, fewer operations
+# One entry per value of ``tinygpt.config.Activation``, in the order of ``ACTIVATIONS``.
+ACTIVATION_FUNCTIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
+    "gelu_tanh": gelu_tanh, "gelu": gelu, "relu": relu}  # the formulas above
+FAST_ACTIVATIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"), "gelu": F.gelu,
+    "relu": F.relu}  # torch's one-kernel versions: the same values, fewer operations
 
 
-class Activation(nn.Module):
-    """The element-wise nonlinearity called ``name``: ``"gelu_tanh"``, ``"gelu"`` or ``"relu"``.
+class ActivationLayer(nn.Module):
+    """The nonlinearity ``name`` as a module: torch's kernel, or with ``explicit=True`` the
+    formula written out above (``gelu_tanh``, ...); both give the same values."""
 
-    ``explicit=False`` (the default) applies torch's kernel for it (``F.gelu``, ``F.relu``);
-    ``explicit=True`` the formula written out above (``gelu_tanh``, ...): the same values.
-    """
-
-    def __init__(self, name: str, *, explicit: bool = False) -> None:
+    def __init__(self, name: Activation, *, explicit: bool = False) -> None:
         super().__init__()
-        if name not in ACTIVATION_FUNCTIONS:
-            raise ValueError(f"activation must be one of {list(ACTIVATION_FUNCTIONS)}, got {name!r}")
-        if not isinstance(explicit, bool):
-            raise TypeError(f"explicit must be True or False, got {explicit!r}")
-        self.name = name
-        self.explicit = explicit
+        self.name = check_choice(name, "activation", ACTIVATIONS)
+        self.explicit = check_bool(explicit, "explicit")
         self.fn = (ACTIVATION_FUNCTIONS if explicit else FAST_ACTIVATIONS)[name]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -185,52 +137,28 @@ class Activation(nn.Module):
 
 
 class MLP(nn.Module):
-    """Position-wise feed-forward layer: ``(B, T, C) -> (B, T, C)``.
-
-    ``c_fc`` expands to ``config.mlp_width`` (``4C`` by default), ``act`` applies the activation,
-    ``c_proj`` contracts back to ``C``, then dropout. Every position is transformed on its own,
-    with the same weights; no information moves between positions here.
-    """
+    """Position-wise feed-forward layer, ``(B, T, C) -> (B, T, C)``: expand, activate, contract."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        if not isinstance(config, GPTConfig):
-            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
-        C, hidden = config.n_embd, config.mlp_width
-        self.c_fc = nn.Linear(C, hidden, bias=config.bias)  # expand: C -> 4C
-        self.act = Activation(config.activation)
-        self.c_proj = nn.Linear(hidden, C, bias=config.bias)  # contract: 4C -> C
+        check_instance(config, GPTConfig, "config")
+        self.c_fc = nn.Linear(config.n_embd, config.mlp_width, bias=config.bias)  # C -> 4C
+        self.act = ActivationLayer(config.activation)
+        self.c_proj = nn.Linear(config.mlp_width, config.n_embd, bias=config.bias)  # 4C -> C
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        """``x``: ``(B, T, C)`` (any leading dimensions). Returns the same shape."""
         h = self.act(self.c_fc(x))  # (B, T, 4C)
         return self.dropout(self.c_proj(h))  # (B, T, C)
 
 
 class Block(nn.Module):
-    """One transformer block, ``(B, T, C) -> (B, T, C)``.
-
-    Submodules (GPT-2 names): ``ln_1``, ``attn`` (``CausalSelfAttention``), ``ln_2``, ``mlp``.
-    With ``config.norm_position == "pre"``::
-
-        x = x + attn(ln_1(x))
-        x = x + mlp(ln_2(x))
-
-    and with ``"post"``::
-
-        x = ln_1(x + attn(x))
-        x = ln_2(x + mlp(x))
-
-    The residual branches end in ``attn.c_proj`` and ``mlp.c_proj``: with both zero, a pre-norm
-    block is the identity.
-    """
+    """One transformer block, ``(B, T, C) -> (B, T, C)``: attention, then the MLP, each in a
+    residual connection, with the norms before (``norm_position="pre"``) or after (``"post"``)."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        if not isinstance(config, GPTConfig):
-            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
-        self.config = config
+        check_instance(config, GPTConfig, "config")
         self.pre_norm = config.norm_position == "pre"
         self.ln_1 = make_norm(config)
         self.attn = CausalSelfAttention(config)
@@ -238,14 +166,13 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
-        """``x``: ``(B, T, C)``. ``cache``: this block's ``KVCache``, passed on to attention."""
-        if self.pre_norm:
+        if self.pre_norm:  # GPT-2
             x = x + self.attn(self.ln_1(x), cache=cache)  # (B, T, C)
             x = x + self.mlp(self.ln_2(x))  # (B, T, C)
-        else:
+        else:  # GPT-1, the 2017 transformer
             x = self.ln_1(x + self.attn(x, cache=cache))  # (B, T, C)
             x = self.ln_2(x + self.mlp(x))  # (B, T, C)
         return x
 
     def extra_repr(self) -> str:
-        return f"norm_position={self.config.norm_position!r}"
+        return f"norm_position={'pre' if self.pre_norm else 'post'!r}"
