@@ -5,7 +5,7 @@ prompt, batch 1, random weights, on models whose context (1024) holds prompt and
 
 * tokens/s of ``tinygpt.sample.generate`` with the cache and without it, and of Hugging Face
   ``transformers``' ``GPT2LMHeadModel.generate`` (its own cache) holding the same weights
-  (``GPT.to_hf_state_dict``); it checks that the three produce the same tokens;
+  (``tinygpt.gpt2.to_hf_state_dict``); it checks that the three produce the same tokens;
 * the time of one generation step at a few positions, cached (one new token against a cache of
   ``t - 1`` positions) and uncached (a full forward pass over ``t`` positions);
 * the key/value cache memory: bytes per token per layer, ``2 C`` times the dtype size, computed
