@@ -25,12 +25,12 @@ from tinygpt.checkpoint import (
     MODEL_FILE,
     CheckpointError,
     load_checkpoint,
-    restore_optimizer,
     save_checkpoint,
     unique_tensors,
 )
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
+from tinygpt.resume import restore_optimizer
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 from tinygpt.train import configure_optimizer
 
