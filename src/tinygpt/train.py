@@ -1,14 +1,11 @@
 """Training a GPT: batches, the learning-rate schedule, AdamW, evaluation and the loop itself.
 
-It handles ``get_batch`` (random windows of a token stream as inputs and next-token targets),
+It handles ``get_batch`` (random windows of a token stream: inputs and next-token targets),
 ``lr_at`` (linear warm-up, then a cosine decay to ``min_lr``), ``configure_optimizer`` (fused
-AdamW, weight decay on matrices only), ``estimate_loss`` (the mean loss over ``eval_iters``
-batches) and ``train``, the loop: it returns its history, saves checkpoints it can resume bit for
-bit (``tinygpt.resume``), never saves a diverged model, and runs under bf16 autocast
-(``tinygpt.runtime``) or data-parallel under ``torchrun`` (``tinygpt.distributed``) if asked.
-
-It does not define the model (``tinygpt.model``), read corpora or tokenize (``tinygpt.data``,
-``tinygpt.tokenizer``), write files (``tinygpt.checkpoint``) or sample.
+AdamW, weight decay on matrices only), ``estimate_loss`` and ``train``, the loop. It does not
+define the model (``tinygpt.model``), tokenize (``tinygpt.tokenizer``), save or resume a run
+(``tinygpt.saving``, ``tinygpt.resume``), choose the device or bf16 (``tinygpt.runtime``) or
+start processes (``torchrun``, with ``tinygpt.distributed``).
 """
 
 from __future__ import annotations
@@ -174,7 +171,8 @@ def train(
     train_data, val_data, device = _checked(model_config, cfg, train_data, val_data, out_dir,
                                             resume, model)
     with distributed(device) as ctx, ExitStack() as cleanup:
-        device, world, T, A = ctx.device, ctx.world_size, model_config.block_size, cfg.grad_accum_steps
+        device, world = ctx.device, ctx.world_size  # under torchrun on GPUs: cuda:LOCAL_RANK
+        T, A = model_config.block_size, cfg.grad_accum_steps
         show = progress and ctx.is_main  # only rank 0 prints
         say = _printer(show)
         batches = torch.Generator()  # the seeded stream of training windows, the same on all ranks
@@ -183,14 +181,13 @@ def train(
                         lr_at=lr_at, warn=say)
         model, optimizer, step, history = run.model, run.optimizer, run.step, run.history
         net = wrap_model(model, ctx)  # DDP shares model's parameters; checkpoints save model's
-        saver = RunSaver(out_dir, ctx, model, optimizer, model_config, cfg, run.tokenizer, batches,
-                       last_saved=step if resume else None)
-        splits = {"train_loss": train_data, "val_loss": val_data}
+        saver = RunSaver(out_dir, ctx, model, optimizer, model_config, cfg, run.tokenizer,
+                         batches, last_saved=step if resume else None)
         say(f"effective batch: {cfg.batch_size} sequences x {A} accumulation steps x {world} "
             f"process(es) = {cfg.sequences_per_step * world} sequences x {T} tokens = "
             f"{cfg.sequences_per_step * world * T} tokens per step ({cfg.dtype}, {device})")
         if not history:  # a fresh run: first the loss of the initialised model
-            history.append({"step": 0, **_evaluate(model, splits, cfg, ctx)})
+            history.append({"step": 0, **_evaluate(model, train_data, val_data, cfg, ctx)})
             _log(history[0], say)
         if out_dir is not None and ctx.is_main:  # rank 0 holds the folder's lock until the end
             cleanup.enter_context(claimed(Path(out_dir), model))
@@ -211,7 +208,7 @@ def train(
                         raise _diverged(f"the loss is {loss.item()}", step, lr, saver)
                     (loss / A).backward()
                 loss_sum += loss.item()
-            mean_loss = all_reduce_mean({"loss": loss_sum / A}, ctx)["loss"]  # the same on all ranks
+            mean_loss = all_reduce_mean({"loss": loss_sum / A}, ctx)["loss"]  # equal on all ranks
             if not math.isfinite(mean_loss):
                 raise _diverged(f"the loss is {mean_loss}", step, lr, saver)
             # the global gradient norm, clipped to grad_clip (inf: measured only, scaled by 1)
@@ -222,10 +219,11 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             step += 1
             seconds = time.perf_counter() - t0
+            tokens = cfg.sequences_per_step * world * T  # in this step, over all ranks
             record: Record = {"step": step, "loss": mean_loss, "lr": lr,
-                              "tokens_per_s": cfg.sequences_per_step * world * T / max(seconds, 1e-9)}
+                              "tokens_per_s": tokens / max(seconds, 1e-9)}
             if step % cfg.eval_interval == 0 or step == cfg.max_iters:
-                record.update(_evaluate(model, splits, cfg, ctx))
+                record.update(_evaluate(model, train_data, val_data, cfg, ctx))
                 _log(record, say)
             history.append(record)
             if saver.due(step):
@@ -243,7 +241,8 @@ def train(
 
 
 def _checked(model_config: GPTConfig, cfg: TrainConfig, train_data: object, val_data: object,
-             out_dir: object, resume: bool, model: GPT | None) -> tuple[Tensor, Tensor, torch.device]:
+             out_dir: object, resume: bool,
+             model: GPT | None) -> tuple[Tensor, Tensor, torch.device]:
     """``train``'s checks, before any work: the data as tokens, and the device to train on."""
     check_instance(model_config, GPTConfig, "model_config")
     check_instance(cfg, TrainConfig, "train_config")
@@ -260,9 +259,11 @@ def _checked(model_config: GPTConfig, cfg: TrainConfig, train_data: object, val_
     return train_tokens, val_tokens, device
 
 
-def _evaluate(model: GPT, splits: Mapping[str, Tensor], cfg: TrainConfig,
+def _evaluate(model: GPT, train_data: Tensor, val_data: Tensor, cfg: TrainConfig,
               ctx: DistContext) -> dict[str, float]:
-    """``estimate_loss`` on the same held-out batches every time, shared out over the ranks."""
+    """``train_loss`` and ``val_loss`` (``estimate_loss``) on the same batches every time, the
+    batches shared out over the ranks."""
+    splits = {"train_loss": train_data, "val_loss": val_data}
     with autocast(ctx.device, cfg.dtype):
         losses = estimate_loss(model, splits, cfg, torch.Generator().manual_seed(cfg.seed + 1),
                                rank=ctx.rank, world_size=ctx.world_size)
