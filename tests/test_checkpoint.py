@@ -160,7 +160,7 @@ def test_loading_a_checkpoint_imports_no_training_code(tmp_path):
         print(loaded, after, type(model).__name__)
     """)
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ckpt")],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[0] == "[] [] GPT"
 
