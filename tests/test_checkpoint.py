@@ -22,12 +22,12 @@ from conftest import rewrite_manifest as edit_json
 
 import tinygpt
 from tinygpt.checkpoint import (
-    MODEL_FILE,
     CheckpointError,
     load_checkpoint,
     save_checkpoint,
     unique_tensors,
 )
+from tinygpt.ckptio import MODEL_FILE
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.resume import restore_optimizer

@@ -179,7 +179,7 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                                       f"{': ' + str(err.filename) if err.filename else ''}); "
                                       f"{kept}") from None
             raise
-        ckptio.remove_stale(out, keep=version.name)  # the previous version, killed saves' files
+        ckptio.remove_stale(out, current=version.name)  # the previous version, killed saves' files
     return out
 
 

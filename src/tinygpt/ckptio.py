@@ -84,11 +84,11 @@ def remove_version(folder: Path) -> None:
         folder.rmdir()  # fails, and keeps the folder, if anything else is inside
 
 
-def remove_stale(out: Path, keep: str) -> None:
-    """Remove tinygpt's leftovers in ``out``: version folders other than ``keep`` (the current
-    one), and temporary manifests and probes of killed processes. Never anything else."""
+def remove_stale(out: Path, current: str) -> None:
+    """Remove tinygpt's leftovers in ``out``: version folders other than ``current`` (the one
+    the manifest names), and temporary manifests and probes of killed processes; nothing else."""
     for entry in out.iterdir():
-        if entry.name == keep or not _OWN.fullmatch(entry.name):
+        if entry.name == current or not _OWN.fullmatch(entry.name):
             continue
         if _VERSION.fullmatch(entry.name):
             if entry.is_dir() and not entry.is_symlink():
@@ -293,7 +293,7 @@ def claim(out: Path) -> Iterator[None]:
         with _held_guard:
             held = str(out.resolve()) in _held  # by an outer claim of this thread
         if created and not (out / MANIFEST).exists() and not held:
-            remove_stale(out, keep="")
+            remove_stale(out, current="")  # no checkpoint: remove every version
             with contextlib.suppress(OSError):
                 (out / LOCK_FILE).unlink()
             with contextlib.suppress(OSError):

@@ -33,9 +33,12 @@ SCHEDULE_FIELDS = ("max_iters", "learning_rate", "min_lr", "warmup_iters", "lr_d
 class Process(Protocol):
     """This process's place in the run (``tinygpt.distributed.DistContext`` is one)."""
 
-    rank: int
-    world_size: int
-    device: torch.device
+    @property
+    def rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def device(self) -> torch.device: ...
 
 
 @dataclass
