@@ -22,15 +22,15 @@ from conftest import rewrite_manifest as edit_json
 
 import tinygpt
 from tinygpt.checkpoint import (
-    MODEL_FILE,
     CheckpointError,
     load_checkpoint,
-    restore_optimizer,
     save_checkpoint,
     unique_tensors,
 )
+from tinygpt.ckptio import MODEL_FILE
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
+from tinygpt.resume import restore_optimizer
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 from tinygpt.train import configure_optimizer
 
@@ -144,6 +144,39 @@ def test_import_tinygpt_stays_light():
     code = "import sys, tinygpt; print('torch' in sys.modules, callable(tinygpt.load))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
+
+
+TRAINING_CODE = ("tinygpt.train", "tinygpt.distributed", "tinygpt.resume", "tinygpt.saving")
+
+
+def test_loading_a_checkpoint_imports_no_training_code(tmp_path):
+    save(tmp_path / "ckpt")
+    code = textwrap.dedent(f"""
+        import sys
+        import tinygpt.checkpoint
+        loaded = [m for m in {TRAINING_CODE!r} if m in sys.modules]
+        model, tokenizer = tinygpt.load(sys.argv[1])
+        after = [m for m in {TRAINING_CODE!r} if m in sys.modules]
+        print(loaded, after, type(model).__name__)
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ckpt")],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[0] == "[] [] GPT"
+
+
+def test_checkpoint_modules_never_import_training_code():
+    """Also not inside a function that the load above did not run (an import cycle)."""
+    import ast
+
+    src = Path(tinygpt.__file__).parent
+    for name in ("checkpoint", "ckptio", "ckptcheck"):
+        tree = ast.parse((src / f"{name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            found = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom) else [])
+            assert not set(found) & set(TRAINING_CODE), (name, found)
 
 
 # --- damaged folders -----------------------------------------------------------------------------

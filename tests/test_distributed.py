@@ -29,9 +29,8 @@ from tinygpt.distributed import (
     distributed,
     is_main_process,
     own_share,
-    rng_key,
-    saved_world_size,
 )
+from tinygpt.resume import rng_key, saved_world_size
 from tinygpt.train import train
 
 TEXT = "the quick brown fox jumps over the lazy dog; a lazy dog sleeps in the sun. " * 30

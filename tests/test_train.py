@@ -20,9 +20,9 @@ from tinygpt.checkpoint import load_checkpoint
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.runtime import resolve_device
+from tinygpt.saving import TrainingDivergedError
 from tinygpt.tokenizer import CharTokenizer
 from tinygpt.train import (
-    TrainingDivergedError,
     configure_optimizer,
     estimate_loss,
     get_batch,

@@ -51,7 +51,7 @@ CHAPTERS: list[tuple[int, str, str, list[str]]] = [
     (8, "08_training", "Training", ["train", "checkpoint", "ckptio", "ckptcheck", "cli",
                                     "cli_checks"]),
     (9, "09_sampling", "Sampling", ["sample", "widgets"]),
-    (10, "10_scaling", "Scaling out", ["runtime", "distributed"]),
+    (10, "10_scaling", "Scaling out", ["runtime", "distributed", "resume", "saving"]),
     (11, "11_micro", "GPT in pure Python", ["scalar_gpt"]),
 ]
 PACKAGE = "tinygpt"

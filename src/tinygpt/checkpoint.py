@@ -22,7 +22,8 @@ before reading, safetensors headers against the config before allocating) and re
 save switched versions meanwhile. It reads safetensors and JSON only -- never pickle. Every
 problem raises ``CheckpointError`` naming the file.
 
-It does not decide when to save (``tinygpt.train``) and does not keep several checkpoints.
+It does not decide when to save (``tinygpt.train``, ``tinygpt.saving``), restore a run's
+optimizer and RNGs (``tinygpt.resume``) or keep several checkpoints.
 """
 
 from __future__ import annotations
@@ -40,15 +41,13 @@ from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
 from tinygpt import ckptcheck, ckptio
-from tinygpt.ckptio import MANIFEST, CheckpointError
+from tinygpt.ckptcheck import FORMAT, MAX_JSON, VERSION, canonical
+from tinygpt.ckptio import MANIFEST, MODEL_FILE, OPTIMIZER_FILE, CheckpointError
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 
-FORMAT, VERSION = "tinygpt-checkpoint", 2
-MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
 META_FILE, TOKENIZER_FILE = MANIFEST, "tokenizer.json"
-_MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
 
 
 @dataclass
@@ -78,10 +77,6 @@ def checkpoint_bytes(model: nn.Module, optimizer: bool = True) -> int:
     tensors, _ = ckptcheck.distinct_tensors(model)  # counted where they are: nothing is copied
     weights = sum(t.numel() * t.element_size() for t in tensors.values())
     return weights * (3 if optimizer else 1) + 2**20
-
-
-def _canonical(meta: dict[str, Any]) -> bytes:
-    return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def _tokenizer_json(tokenizer: object, folder: Path) -> dict[str, Any] | None:
@@ -171,7 +166,7 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                 "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                           for name, data in blobs.items()},
             }
-            meta["checksum"] = hashlib.sha256(_canonical(meta)).hexdigest()
+            meta["checksum"] = hashlib.sha256(canonical(meta)).hexdigest()
             ckptio.swap_manifest(out, json.dumps(meta, indent=1).encode("utf-8"))
         except BaseException as err:  # an error leaves the previous checkpoint, no new files
             current = _current(out)
@@ -184,14 +179,14 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                                       f"{': ' + str(err.filename) if err.filename else ''}); "
                                       f"{kept}") from None
             raise
-        ckptio.remove_stale(out, keep=version.name)  # the previous version, killed saves' files
+        ckptio.remove_stale(out, current=version.name)  # the previous version, killed saves' files
     return out
 
 
 def _current(out: Path) -> dict[str, Any]:
     """The manifest now in ``out`` (unchecked), or ``{}``."""
     try:
-        meta = json.loads(ckptio.read_regular(out / MANIFEST, max_size=_MAX_JSON))
+        meta = json.loads(ckptio.read_regular(out / MANIFEST, max_size=MAX_JSON))
     except (CheckpointError, ValueError):
         return {}
     return meta if isinstance(meta, dict) else {}
@@ -236,49 +231,6 @@ def _optimizer_state(raw: dict[str, Any] | None, tensors: dict[str, Tensor],
     return {"state": state, "param_groups": groups}
 
 
-def restore_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any] | None,
-                      where: object = "the checkpoint") -> None:
-    """Load a checkpoint's optimizer state after checking it fits ``optimizer``'s parameters."""
-    if state is None:
-        raise CheckpointError(f"{where}: the checkpoint holds no optimizer state to resume")
-    ours = [p for g in optimizer.param_groups for p in g["params"]]
-    theirs = [i for g in state["param_groups"] for i in g["params"]]
-    if len(ours) != len(theirs) or len(optimizer.param_groups) != len(state["param_groups"]):
-        raise CheckpointError(f"{where}: the optimizer state has {len(theirs)} parameters in "
-                              f"{len(state['param_groups'])} groups, the optimizer "
-                              f"{len(ours)} in {len(optimizer.param_groups)}")
-    for p, i in zip(ours, theirs, strict=True):
-        for name, t in state["state"].get(i, {}).items():
-            if isinstance(t, Tensor) and t.dim() > 0 and t.shape != p.shape:
-                raise CheckpointError(f"{where}: optimizer tensor state.{i}.{name} has shape "
-                                      f"{tuple(t.shape)}, its parameter {tuple(p.shape)}")
-    optimizer.load_state_dict(state)
-
-
-def _read_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
-    path = folder / META_FILE
-    try:
-        raw = ckptio.read_regular(path, max_size=_MAX_JSON)
-    except CheckpointError as err:
-        if str(err).endswith(": missing"):
-            raise CheckpointError(f"{path}: missing; is {folder} a checkpoint?") from None
-        raise
-    try:
-        meta = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a {FORMAT} file")
-    if meta.get("version") != VERSION:
-        raise CheckpointError(f"{path}: format version {meta.get('version')!r} is not supported "
-                              f"(this tinygpt reads version {VERSION}); train it again")
-    checksum = meta.pop("checksum", None)
-    if checksum != hashlib.sha256(_canonical(meta)).hexdigest():
-        raise CheckpointError(f"{path}: its checksum does not match its content: the file was "
-                              "edited or damaged")
-    return raw, meta
-
-
 def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
     meta_path = folder / META_FILE
     try:
@@ -292,29 +244,7 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
         for name in files:
             if name not in ckptio.VERSION_FILES:
                 raise CheckpointError(f"{meta_path}: names an unknown file {name!r}")
-        # Open every file at once: a save that replaces this version can remove the files, but
-        # not what is open; the contents are read after the sizes are known to be sane.
-        fds = {name: ckptio.open_regular(version / name) for name in files}
-        try:
-            layout = ckptcheck.layout(model_config)  # sizes follow from it, before any read
-            weights = sum(ckptcheck.SIZES.get(dtype, 8) * ckptcheck.numel(shape)
-                          for dtype, shape in layout[0].values())
-            limits = {MODEL_FILE: weights + 2**20, OPTIMIZER_FILE: 3 * weights + 2**20}
-            blobs = {}
-            for name, entry in files.items():
-                path, size = version / name, int(entry["size"])
-                if size > limits.get(name, _MAX_JSON):
-                    raise CheckpointError(f"{path}: {size} bytes, more than a checkpoint of "
-                                          f"this model config can hold "
-                                          f"({limits.get(name, _MAX_JSON)})")
-                blobs[name] = ckptio.read_regular(path, size=size, fd=fds.pop(name))
-                if hashlib.sha256(blobs[name]).hexdigest() != entry["sha256"]:
-                    raise CheckpointError(f"{path}: its SHA-256 differs from the one in "
-                                          f"{META_FILE}: the file is truncated or corrupt "
-                                          f"({size} bytes)")
-        finally:
-            for fd in fds.values():  # those not read: an error came first
-                os.close(fd)
+        blobs, layout = ckptcheck.read_files(version, files, model_config)
         if MODEL_FILE not in blobs:
             raise CheckpointError(f"{meta_path}: names no {MODEL_FILE}")
         ckptcheck.check_model_file(blobs[MODEL_FILE], version / MODEL_FILE, model_config,
@@ -356,12 +286,12 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         what = "not a folder" if folder.exists() else "no such checkpoint folder"
         raise CheckpointError(f"{folder}: {what}")
     for attempt in range(20):
-        raw, meta = _read_manifest(folder)
+        raw, meta = ckptcheck.read_manifest(folder)
         try:
             return _load(folder, meta)
         except CheckpointError:
             try:
-                again = ckptio.read_regular(folder / META_FILE, max_size=_MAX_JSON)
+                again = ckptio.read_regular(folder / META_FILE, max_size=MAX_JSON)
             except CheckpointError:
                 again = raw
             if again == raw or attempt == 19:  # not a save that switched versions: a real error

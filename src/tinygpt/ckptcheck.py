@@ -1,12 +1,15 @@
-"""Checking a checkpoint's files before anything is allocated: the layout a model config
-implies (built on the meta device), safetensors headers against it and against the file's length,
-finiteness of tensors, and RNG states. Used by ``tinygpt.checkpoint``; every problem raises
-``CheckpointError`` naming the file.
+"""Checking a checkpoint's files before anything is allocated: the manifest (format, version,
+checksum), each file's size and SHA-256 against it, the layout a model config implies (built on
+the meta device), safetensors headers against that layout and the file's length, finiteness of
+tensors, and RNG states. Used by ``tinygpt.checkpoint``; every problem raises ``CheckpointError``
+naming the file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from torch import Tensor
 
-from tinygpt.ckptio import CheckpointError
+from tinygpt import ckptio
+from tinygpt.ckptio import MANIFEST, MODEL_FILE, OPTIMIZER_FILE, CheckpointError
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
 
@@ -24,6 +28,66 @@ Layout = dict[str, tuple[str, tuple[int, ...]]]  # stored tensor name -> (dtype,
 DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
           torch.float64: "F64", torch.int64: "I64"}
 SIZES = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I64": 8}
+FORMAT, VERSION = "tinygpt-checkpoint", 2
+MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
+
+
+def canonical(meta: dict[str, Any]) -> bytes:
+    """The bytes a manifest's checksum is taken of (sorted keys, no spaces)."""
+    return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def read_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
+    """The manifest of ``folder``: its bytes and, checked (format, version, checksum), its
+    content without the checksum."""
+    path = folder / MANIFEST
+    try:
+        raw = ckptio.read_regular(path, max_size=MAX_JSON)
+    except CheckpointError as err:
+        if str(err).endswith(": missing"):
+            raise CheckpointError(f"{path}: missing; is {folder} a checkpoint?") from None
+        raise
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a {FORMAT} file")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"{path}: format version {meta.get('version')!r} is not supported "
+                              f"(this tinygpt reads version {VERSION}); train it again")
+    checksum = meta.pop("checksum", None)
+    if checksum != hashlib.sha256(canonical(meta)).hexdigest():
+        raise CheckpointError(f"{path}: its checksum does not match its content: the file was "
+                              "edited or damaged")
+    return raw, meta
+
+
+def read_files(version: Path, files: dict[str, Any],
+               config: GPTConfig) -> tuple[dict[str, bytes], tuple[Layout, dict[str, str]]]:
+    """The bytes of the version folder's ``files`` (name -> its manifest entry), each checked
+    against its size and SHA-256, and the layout of ``config``."""
+    # Open every file at once: a save that replaces this version can remove the files, but
+    # not what is open; the contents are read after the sizes are known to be sane.
+    fds = {name: ckptio.open_regular(version / name) for name in files}
+    try:
+        found = layout(config)  # sizes follow from it, before any read
+        weights = sum(SIZES.get(dtype, 8) * numel(shape) for dtype, shape in found[0].values())
+        limits = {MODEL_FILE: weights + 2**20, OPTIMIZER_FILE: 3 * weights + 2**20}
+        blobs = {}
+        for name, entry in files.items():
+            path, size = version / name, int(entry["size"])
+            if size > limits.get(name, MAX_JSON):
+                raise CheckpointError(f"{path}: {size} bytes, more than a checkpoint of this "
+                                      f"model config can hold ({limits.get(name, MAX_JSON)})")
+            blobs[name] = ckptio.read_regular(path, size=size, fd=fds.pop(name))
+            if hashlib.sha256(blobs[name]).hexdigest() != entry["sha256"]:
+                raise CheckpointError(f"{path}: its SHA-256 differs from the one in {MANIFEST}: "
+                                      f"the file is truncated or corrupt ({size} bytes)")
+    finally:
+        for fd in fds.values():  # those not read: an error came first
+            os.close(fd)
+    return blobs, found
 
 
 def non_finite(tensors: dict[str, Tensor]) -> str | None:

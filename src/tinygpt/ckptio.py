@@ -1,22 +1,14 @@
 """File safety for checkpoint folders: what is tinygpt's, the lock, the manifest swap, safe reads.
 
-A checkpoint folder (``--out``) belongs to tinygpt, but it may hold a user's files too (notes,
-samples, logs): tinygpt only ever writes, replaces or removes its *own* entries, recognised by
-name --
-
-* ``checkpoint.json``: the manifest, which names the current version folder and the SHA-256 and
-  size of each of its files (and checksums itself); it is replaced by one ``os.replace``, last;
-* ``step-NNNNNN-xxxxxxxx/``: one version folder per save, holding only ``model.safetensors``,
-  ``optimizer.safetensors``, ``tokenizer.json`` and ``tokenizer.vocab``; a version folder is never
-  changed once the manifest names it, and is removed only after the manifest names a newer one;
-* ``.tinygpt.lock``: locked (``fcntl.flock``) by the one process that trains into the folder;
-* ``.checkpoint.json.tmp-xxxxxxxx`` and ``.tinygpt-probe-xxxxxxxx``: a manifest being written and
-  a writability probe.
-
-So a reader that reads the manifest first and then the files it names never sees a mix of two
-saves; if the writer removed those files meanwhile, the manifest has changed and the reader reads
-again. A save needs room for one more checkpoint beside the current one (``check_room``). Nothing
-here globs: names are compared exactly, so ``run[1]`` or ``exp*`` are plain folder names.
+A checkpoint folder (``--out``) may hold a user's files too (notes, samples, logs): tinygpt only
+ever writes, replaces or removes its *own* entries, recognised by exact name (nothing here globs):
+``checkpoint.json``, the manifest, replaced last by one ``os.replace``; ``step-NNNNNN-xxxxxxxx/``,
+one version folder per save (``model.safetensors``, ``optimizer.safetensors``, ``tokenizer.json``,
+``tokenizer.vocab``), never changed once the manifest names it and removed only after the manifest
+names a newer one; ``.tinygpt.lock``, locked (``flock``) by the one process that trains into the
+folder; ``.checkpoint.json.tmp-xxxxxxxx`` and ``.tinygpt-probe-xxxxxxxx``, a manifest being
+written and a writability probe. So a reader that reads the manifest, then the files it names,
+never sees a mix of two saves. A save needs room for one more checkpoint beside the current one.
 """
 
 from __future__ import annotations
@@ -32,7 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 MANIFEST, LOCK_FILE = "checkpoint.json", ".tinygpt.lock"
-VERSION_FILES = ("model.safetensors", "optimizer.safetensors", "tokenizer.json", "tokenizer.vocab")
+MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
+VERSION_FILES = (MODEL_FILE, OPTIMIZER_FILE, "tokenizer.json", "tokenizer.vocab")
 _OWN = re.compile(r"step-\d{6,}-[0-9a-f]{8}|\.checkpoint\.json\.tmp-[0-9a-f]{8}|"
                   r"\.tinygpt-probe-[0-9a-f]{8}")
 _VERSION = re.compile(r"step-\d{6,}-[0-9a-f]{8}")
@@ -66,12 +59,9 @@ def fsync_dir(path: Path) -> None:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # folders cannot be opened on some systems (Windows)
         return
-    try:
+    with contextlib.suppress(OSError):
         os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    os.close(fd)
 
 
 def new_version(out: Path, step: int) -> Path:
@@ -94,11 +84,11 @@ def remove_version(folder: Path) -> None:
         folder.rmdir()  # fails, and keeps the folder, if anything else is inside
 
 
-def remove_stale(out: Path, keep: str) -> None:
-    """Remove tinygpt's leftovers in ``out``: version folders other than ``keep`` (the current
-    one), and temporary manifests and probes of killed processes. Never anything else."""
+def remove_stale(out: Path, current: str) -> None:
+    """Remove tinygpt's leftovers in ``out``: version folders other than ``current`` (the one
+    the manifest names), and temporary manifests and probes of killed processes; nothing else."""
     for entry in out.iterdir():
-        if entry.name == keep or not _OWN.fullmatch(entry.name):
+        if entry.name == current or not _OWN.fullmatch(entry.name):
             continue
         if _VERSION.fullmatch(entry.name):
             if entry.is_dir() and not entry.is_symlink():
@@ -300,14 +290,11 @@ def claim(out: Path) -> Iterator[None]:
         with locked(out):
             yield
     finally:
-        if created and not (out / MANIFEST).exists() and out.resolve() not in _held_paths():
-            remove_stale(out, keep="")
+        with _held_guard:
+            held = str(out.resolve()) in _held  # by an outer claim of this thread
+        if created and not (out / MANIFEST).exists() and not held:
+            remove_stale(out, current="")  # no checkpoint: remove every version
             with contextlib.suppress(OSError):
                 (out / LOCK_FILE).unlink()
             with contextlib.suppress(OSError):
                 out.rmdir()
-
-
-def _held_paths() -> set[Path]:
-    with _held_guard:
-        return {Path(k) for k in _held}

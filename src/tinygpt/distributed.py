@@ -14,8 +14,7 @@ It handles:
   its own, so ``N`` processes see exactly the windows one process with ``N`` times the
   accumulation would see;
 * ``wrap_model`` (``DistributedDataParallel`` when there are several ranks), ``all_reduce_mean``
-  (weighted mean of losses over ranks), ``broadcast_flag`` (rank 0's decision for all) and
-  ``gather_rng_states`` / ``rng_key`` / ``saved_world_size`` (each rank's RNG in a checkpoint).
+  (weighted mean of losses over ranks) and ``broadcast_flag`` (rank 0's decision for all).
 
 Errors and hangs: a rank that raises leaves the group and exits non-zero; ``torchrun`` sees the
 failed worker and stops the others (SIGTERM), so the run ends with the first error's traceback.
@@ -24,7 +23,8 @@ give up after ``timeout_s`` (default 300 s): gloo raises a ``RuntimeError`` on t
 NCCL's watchdog aborts them.
 
 It does not launch processes (``torchrun`` does, also across machines with its rendezvous
-options), shard the model (FSDP) or split the batch inside one process.
+options), shard the model (FSDP) or split the batch inside one process; each rank's RNG state in
+a checkpoint is ``tinygpt.resume``'s.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 DEFAULT_TIMEOUT_S = 300.0
@@ -197,28 +197,3 @@ def broadcast_flag(flag: bool, ctx: DistContext) -> bool:
     t = torch.tensor([int(flag)], device=ctx.device)
     dist.broadcast(t, src=0)
     return bool(t.item())
-
-
-def rng_key(name: str, rank: int) -> str:
-    """The checkpoint's name for rank ``rank``'s RNG ``name``: rank 0 keeps the plain name."""
-    return name if rank == 0 else f"{name}.rank{rank}"
-
-
-def saved_world_size(rng_states: Mapping[str, Any]) -> int:
-    """How many ranks wrote their torch RNG state into a checkpoint's ``rng_states``."""
-    return 1 + sum(key.startswith("torch.rank") for key in rng_states)
-
-
-def gather_rng_states(ctx: DistContext) -> dict[str, Tensor]:
-    """Every rank's torch (and CUDA) RNG state, keyed by ``rng_key``; a collective call."""
-    mine = {"torch": torch.get_rng_state()}
-    if ctx.device.type == "cuda":
-        mine["cuda"] = torch.cuda.get_rng_state(ctx.device)
-    if not ctx.is_distributed:
-        return mine
-    import torch.distributed as dist
-
-    everyone: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(everyone, mine)
-    return {rng_key(name, r): state.cpu() for r, states in enumerate(everyone)
-            for name, state in states.items()}
