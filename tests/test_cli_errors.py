@@ -19,7 +19,8 @@ import torch
 from conftest import run_cli as run
 
 from tinygpt import cli_checks, data
-from tinygpt.cli import main, read_data
+from tinygpt.cli import main
+from tinygpt.cli_train import read_data
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.sample import sample_next, top_p_filter
 
@@ -147,6 +148,21 @@ def test_importing_the_cli_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=child_env(), check=True).stdout
     assert out.strip() == "False"
+
+
+def test_sampling_imports_no_training_code(trained):
+    """``tinygpt sample`` (load a checkpoint, generate, print) never imports the training loop
+    or the distributed helpers; ``tinygpt train`` does (the check can fail)."""
+    code = ("import sys; from tinygpt.cli import main; code = main(sys.argv[1:]); "
+            "print(code, [m for m in ('tinygpt.train', 'tinygpt.distributed') if m in sys.modules])")
+    sample = ["sample", "--out", str(trained), "--max-new-tokens", "5"]
+    out = subprocess.run([sys.executable, "-c", code, *sample], capture_output=True, text=True,
+                         env=child_env(), check=True).stdout
+    assert out.splitlines()[-1] == "0 []"
+    train = ["train", "--data", "missing.txt", "--out", str(trained.parent / "o")]
+    out = subprocess.run([sys.executable, "-c", code, *train], capture_output=True, text=True,
+                         env=child_env(), check=True).stdout
+    assert "tinygpt.train" in out.splitlines()[-1]
 
 
 def test_ctrl_c_in_the_first_second_exits_130_without_a_traceback(trained):
