@@ -154,7 +154,8 @@ def test_sampling_imports_no_training_code(trained):
     """``tinygpt sample`` (load a checkpoint, generate, print) never imports the training loop
     or the distributed helpers; ``tinygpt train`` does (the check can fail)."""
     code = ("import sys; from tinygpt.cli import main; code = main(sys.argv[1:]); "
-            "print(code, [m for m in ('tinygpt.train', 'tinygpt.distributed') if m in sys.modules])")
+            "print(code, [m for m in ('tinygpt.train', 'tinygpt.distributed') "
+            "if m in sys.modules])")
     sample = ["sample", "--out", str(trained), "--max-new-tokens", "5"]
     out = subprocess.run([sys.executable, "-c", code, *sample], capture_output=True, text=True,
                          env=child_env(), check=True).stdout

@@ -4,9 +4,9 @@ It handles the parser and the exit codes: ``build_parser`` makes both commands (
 training options come from ``GPTConfig`` and ``TrainConfig``, ``tinygpt.cli_options``), and
 ``main`` runs ``tinygpt.cli_train.run_train`` or ``tinygpt.cli_sample.run_sample``. A user's
 mistake prints one line, ``tinygpt: error: <message>``, with exit code 2 (1 when training
-diverges, ``run_train``); Ctrl-C gives 130 at any moment (torch is imported inside ``main``); a closed stdout
-(``tinygpt sample | head``) ends quietly with 141. ``main`` returns the code instead of exiting.
-It does not train or sample itself; under ``torchrun`` each rank runs it.
+diverges, ``run_train``); Ctrl-C gives 130 at any moment (torch is imported inside ``main``);
+a closed stdout (``tinygpt sample | head``) ends quietly with 141. ``main`` returns the code
+instead of exiting. It does not train or sample itself; under ``torchrun`` each rank runs it.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def apply_temperature(logits: Tensor, temperature: float) -> Tensor:
 
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
-    """Keep the ``k`` largest logits of each row (ties broken by ``torch.topk``), others ``-inf``."""
+    """Keep the ``k`` largest logits of each row (ties: as ``torch.topk``), the others -> -inf."""
     check_sampling(logits, top_k=k)
     values, indices = torch.topk(logits, k, dim=-1)  # (..., k)
     out = torch.full_like(logits, float("-inf"))
@@ -170,7 +170,7 @@ def _check_generate_args(model: object, idx: object, max_new_tokens: object,
     if crop_to is not None:  # keeping T_max tokens would leave no room for the next one
         check_int(crop_to, f"crop_to (tokens kept when the context of T_max={T_max} is full)",
                   1, max(T_max - 1, 1))
-    stops = [] if stop is None else [stop] if isinstance(stop, int) else list(stop)  # type: ignore[call-overload]
+    stops = [] if stop is None else [stop] if isinstance(stop, int) else list(stop)  # type: ignore
     for s in stops:
         check_int(s, "a stop id", 0, V - 1)
     return torch.tensor(stops, dtype=torch.long, device=idx.device)  # type: ignore[union-attr]
@@ -188,7 +188,7 @@ def generate(
     hit a ``stop`` id (a finished row is padded with it). ``temperature``, ``top_k``, ``top_p``,
     ``generator``: as in ``sample_next``. ``use_cache``: through a ``KVCache`` (fast) or not
     (slow), same tokens. ``crop_to``: tokens kept when the context is full (default
-    ``block_size // 2``; see "crop and rebuild" above). Runs in eval mode, without gradients.
+    ``block_size // 2``; see the module docstring). Runs in eval mode, without gradients.
     """
     stops = _check_generate_args(model, idx, max_new_tokens, crop_to, stop)
     V, T_max = model.config.vocab_size, model.config.block_size
