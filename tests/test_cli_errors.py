@@ -185,6 +185,35 @@ def test_ctrl_c_in_the_first_second_exits_130_without_a_traceback(trained):
         assert err == "tinygpt: interrupted\n", (delay, err)
 
 
+CTRL_C_IN_NUMPY = """
+import os, signal, sys
+
+class CtrlCWhenNumpyIsImported:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlCWhenNumpyIsImported())
+from tinygpt.cli import import_torch_holding_ctrl_c
+try:
+    import_torch_holding_ctrl_c()
+    print("not interrupted")
+except KeyboardInterrupt:
+    storage = sys.modules.get("torch.storage")
+    print("interrupted after the import:", getattr(storage, "HAS_NUMPY", "no torch"))
+"""
+
+
+def test_ctrl_c_while_torch_imports_numpy_arrives_after_the_import():
+    """Seen with `tinygpt sample` under load: a Ctrl-C inside numpy's import, which torch makes,
+    was lost (torch took it for a missing numpy) or made a later import fail; it is held back
+    until torch is imported, then raised."""
+    out = subprocess.run([sys.executable, "-c", CTRL_C_IN_NUMPY], capture_output=True, text=True,
+                         env=child_env(), timeout=120, check=False)
+    assert out.stdout.strip() == "interrupted after the import: True", (out.stdout, out.stderr)
+
+
 def test_keyboard_interrupt_while_building_the_parser_is_130(capsys, monkeypatch):
     def interrupted():
         raise KeyboardInterrupt

@@ -12,8 +12,11 @@ instead of exiting. It does not train or sample itself; under ``torchrun`` each 
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
+import signal
 import sys
+import threading
 from typing import Any
 
 import tinygpt
@@ -99,6 +102,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def import_torch_holding_ctrl_c() -> None:
+    """Import torch with SIGINT held back until the import is done, then delivered.
+
+    A Ctrl-C inside numpy's import (torch imports it) can come out as an ImportError that torch
+    catches: the interrupt would be lost, or a later import would fail.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+            signal, "pthread_sigmask"):  # another thread, or Windows: cannot hold it back
+        importlib.import_module("torch")
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        importlib.import_module("torch")
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held Ctrl-C arrives here
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``tinygpt`` with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     try:
@@ -120,6 +140,7 @@ def parse_and_run(argv: list[str]) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    import_torch_holding_ctrl_c()
     try:
         code = args.run(args, argv)
         sys.stdout.flush()  # a closed pipe shows here, not in Python's last flush at exit
