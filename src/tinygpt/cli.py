@@ -39,7 +39,7 @@ examples:
 """
 
 
-def _add(group: Any, flag: str, help: str, shown: object = None, **kwargs: Any) -> None:
+def add_option(group: Any, flag: str, help: str, shown: object = None, **kwargs: Any) -> None:
     """An option whose help ends with its default (``shown``, else ``default``), if it has one."""
     if not kwargs.get("required") and kwargs.get("action") != "store_true":
         shown = kwargs.get("default") if shown is None else shown
@@ -57,22 +57,22 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Train a GPT and save its checkpoint in --out.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     io = train.add_argument_group("data and output")
-    _add(io, "--data", f"a UTF-8 text file or a corpus name ({', '.join(CORPORA)})",
+    add_option(io, "--data", f"a UTF-8 text file or a corpus name ({', '.join(CORPORA)})",
          required=True, metavar="FILE|NAME")
-    _add(io, "--tokenizer", "char: one token per character of the text; bpe: byte-level BPE "
+    add_option(io, "--tokenizer", "char: one token per character of the text; bpe: byte-level BPE "
          "learned on the training part", shown="char", choices=("char", "bpe"))
-    _add(io, "--vocab-size", "the BPE tokenizer's size, 256 bytes + merges (bpe only)",
+    add_option(io, "--vocab-size", "the BPE tokenizer's size, 256 bytes + merges (bpe only)",
          shown=DEFAULT_BPE_VOCAB, type=int, metavar="N")
-    _add(io, "--val-fraction", "the last part of the text, held out for validation (resume "
+    add_option(io, "--val-fraction", "the last part of the text, held out for validation (resume "
          "with the same)", type=float, default=0.1, metavar="F")
-    _add(io, "--out", "the checkpoint folder to write (or to resume)", required=True,
+    add_option(io, "--out", "the checkpoint folder to write (or to resume)", required=True,
          metavar="DIR")
-    _add(io, "--resume", "continue the checkpoint in --out with its model and tokenizer (same "
+    add_option(io, "--resume", "continue the checkpoint in --out with its model and tokenizer (same "
          "--data; --max-iters may be raised)", action="store_true")
-    _add(io, "--overwrite", "replace the checkpoint in --out, or write one beside the files of a "
+    add_option(io, "--overwrite", "replace the checkpoint in --out, or write one beside the files of a "
          "non-empty folder, instead of refusing (files tinygpt did not write are never touched)",
          action="store_true")
-    _add(io, "--quiet", "no progress bar or evaluation lines, only the summary line",
+    add_option(io, "--quiet", "no progress bar or evaluation lines, only the summary line",
          action="store_true")
     dataclass_options(train.add_argument_group("model (GPTConfig)"), GPTConfig, CLI_DEFAULTS)
     dataclass_options(train.add_argument_group("training (TrainConfig)"), TrainConfig,
@@ -81,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sample = commands.add_parser("sample", help="print text generated from a checkpoint",
                                  description="Print text generated from a checkpoint.")
-    _add(sample, "--out", "the checkpoint folder (train's --out)", required=True, metavar="DIR")
-    _add(sample, "--prompt", "the text to continue (\\n: newline, \\t: tab); empty: start from a "
+    add_option(sample, "--out", "the checkpoint folder (train's --out)", required=True, metavar="DIR")
+    add_option(sample, "--prompt", "the text to continue (\\n: newline, \\t: tab); empty: start from a "
          "newline, which is not printed", shown="empty", default="", metavar="TEXT")
     for flag, kind, default, text in [
             ("--max-new-tokens", int, 500, "tokens to generate per sample"),
@@ -91,13 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
             ("--top-p", float, None, "keep the fewest likeliest tokens reaching probability p"),
             ("--seed", int, 1337, "seeds the sampling"),
             ("--num-samples", int, 1, "samples to print, separated by a line of dashes")]:
-        _add(sample, flag, text, type=kind, default=default, metavar=kind.__name__.upper())
-    _add(sample, "--no-cache", "recompute the whole context for every token instead of using "
+        add_option(sample, flag, text, type=kind, default=default, metavar=kind.__name__.upper())
+    add_option(sample, "--no-cache", "recompute the whole context for every token instead of using "
          "the key/value cache (same text, slower)", action="store_true")
-    _add(sample, "--stop", "end a sample after any of these strings; each must be one token "
+    add_option(sample, "--stop", "end a sample after any of these strings; each must be one token "
          "(one character for a char tokenizer); \\n is a newline", shown="none", nargs="+",
          action="extend", default=[], metavar="STR")
-    _add(sample, "--device", "cpu, cuda, cuda:N, mps or auto", default="cpu")
+    add_option(sample, "--device", "cpu, cuda, cuda:N, mps or auto", default="cpu")
     sample.set_defaults(run=run_sample)
     return parser
 
