@@ -44,7 +44,7 @@ def sample_and_print(args: argparse.Namespace) -> int:
     from tinygpt.sample import check_sampling, generate
 
     cli_checks.check_sample_args(args)  # seed, device and sizes
-    check_sampling(None, args.temperature, args.top_k, args.top_p)  # before the slow load
+    check_sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     ckpt = load_checkpoint(args.out)
     tokenizer = ckpt.tokenizer
     if tokenizer is None:

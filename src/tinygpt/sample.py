@@ -192,7 +192,7 @@ def generate(
     """
     stops = _check_generate_args(model, idx, max_new_tokens, crop_to, stop)
     V, T_max = model.config.vocab_size, model.config.block_size
-    temperature = check_sampling(None, temperature, top_k, top_p, vocab_size=V)
+    temperature = check_sampling(temperature=temperature, top_k=top_k, top_p=top_p, vocab_size=V)
     crop_to = max(T_max // 2, 1) if crop_to is None else crop_to  # a rebuild every ~T_max / 2
 
     was_training = model.training
