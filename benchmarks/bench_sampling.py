@@ -17,10 +17,10 @@ position, so the uncached run of "gpt2" is limited to ``--uncached-new`` tokens 
 compared with a cached run of the same length. ``--quick``: 64 new tokens, fewer repeats.
 
 ``--past-context``: instead, the cost of running past the context. Once the context is full,
-``generate`` keeps the last ``keep`` tokens and rebuilds the cache from them (a full forward
-pass). It times ``4 T_max`` new tokens after a full-context prompt, on one thread, for
-``keep = T_max - 1`` (the old default: a rebuild every other token), ``keep = T_max // 2`` (the
-default) and without the cache, on the "small" model with contexts of 64 and 256: tokens/s, the
+``generate`` crops it to its last ``crop_to`` tokens and rebuilds the cache from them (a full
+forward pass). It times ``4 T_max`` new tokens after a full-context prompt, on one thread, for
+``crop_to = T_max - 1`` (the old default: a rebuild every other token), ``crop_to = T_max // 2``
+(the default) and without the cache, on the "small" model with contexts of 64 and 256: tokens/s, the
 median of ``--repeat`` (5) alternating runs.
 
 Results depend on the machine (CPU, thread count, other load); the thread count is printed.
@@ -171,7 +171,7 @@ def bench_model(name: str, new: int, uncached_new: int, repeat: int) -> None:
 
 
 def bench_past_context(repeat: int) -> None:
-    """tokens/s past the context: keep = T_max - 1, keep = T_max // 2 (default), no cache."""
+    """tokens/s past the context: crop_to = T_max - 1, T_max // 2 (default), no cache."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -184,8 +184,8 @@ def bench_past_context(repeat: int) -> None:
             idx = torch.randint(0, config.vocab_size, (1, T_max),
                                 generator=torch.Generator().manual_seed(1))
             n = 4 * T_max
-            runs = {"keep = T_max - 1 (old default)": {"keep": T_max - 1},
-                    "keep = T_max // 2 (default)": {"keep": None},
+            runs = {"crop_to = T_max - 1 (old default)": {"crop_to": T_max - 1},
+                    "crop_to = T_max // 2 (default)": {"crop_to": None},
                     "no cache (same schedule)": {"use_cache": False}}
             generate(model, idx, 8, temperature=0)  # warm-up
             times: dict[str, list[float]] = {name: [] for name in runs}
@@ -198,17 +198,17 @@ def bench_past_context(repeat: int) -> None:
             print(f"\n[small, T_max={T_max}] L={config.n_layer} C={config.n_embd}: "
                   f"{n} new tokens")
             for name, kwargs in runs.items():
-                keep = kwargs.get("keep") or T_max // 2
+                crop_to = kwargs.get("crop_to") or T_max // 2
                 start, rebuilds = 0, 0
                 for k in range(T_max, T_max + n):
-                    start, rebuilt = context_schedule(k, start, T_max, keep)
+                    start, rebuilt = context_schedule(k, start, T_max, crop_to)
                     rebuilds += rebuilt
                 tps = n / statistics.median(times[name])
                 cached = kwargs.get("use_cache", True)
                 what = f"{rebuilds} rebuilds" if cached else "a full pass each"
-                print(f"  {name:32}: {tps:8.1f} tok/s  ({what})")
+                print(f"  {name:35}: {tps:8.1f} tok/s  ({what})")
             old, new = (statistics.median(times[k]) for k in list(runs)[:2])
-            print(f"  default keep vs old default: {old / new:.1f}x the tokens/s")
+            print(f"  default crop_to vs old default: {old / new:.1f}x the tokens/s")
             assert torch.equal(*(outs[k] for k in list(runs)[1:]))  # default == no cache
     finally:
         torch.set_num_threads(previous)
@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--models", default="small,gpt2", help="comma-separated: small,gpt2")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--past-context", action="store_true",
-                        help="only the cost past the context: keep = T_max - 1 vs the default")
+                        help="only the cost past the context: crop_to = T_max - 1 vs the default")
     args = parser.parse_args()
     if args.past_context:
         bench_past_context(args.repeat or 5)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -21,7 +22,8 @@ from conftest import run_cli as run
 
 import tinygpt
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.cli import attribute_docs, dataclass_options, main
+from tinygpt.cli import main
+from tinygpt.cli_options import attribute_docs, dataclass_options
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.data import split_train_val
 from tinygpt.sample import generate
@@ -303,6 +305,24 @@ def test_options_cope_with_every_kind_of_field():
         parser.parse_args(["--limit", "many"])
 
 
+def test_string_switches_offer_the_values_of_their_literal_types(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "2000")  # the usage on one line
+    hints = {**typing.get_type_hints(GPTConfig), **typing.get_type_hints(TrainConfig)}
+    literals = {name: typing.get_args(hint) for name, hint in hints.items()
+                if typing.get_origin(hint) is typing.Literal}
+    assert {"norm", "norm_position", "activation", "positional", "dtype"} <= set(literals)
+    code, usage, _ = run(capsys, "train", "--help")
+    assert code == 0
+    for name, values in literals.items():
+        flag = "--" + name.replace("_", "-")
+        assert f"[{flag} {{{','.join(values)}}}]" in usage, flag
+        code, _, err = run(capsys, "train", "--data", "x", "--out", "y", flag, "batchnorm")
+        listed = ", ".join(repr(v) for v in values)
+        assert code == 2 and err.splitlines()[-1] == (
+            f"tinygpt train: error: argument {flag}: invalid choice: 'batchnorm' "
+            f"(choose from {listed})"), err
+
+
 def test_version_and_no_command(capsys):
     code, stdout, _ = run(capsys, "--version")
     assert code == 0 and stdout.strip() == f"tinygpt {tinygpt.__version__}"
@@ -371,9 +391,10 @@ def test_a_diverging_run_exits_1_and_keeps_its_last_checkpoint(capsys, corpus, t
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--temperature", "-1"], ["temperature", "-1"]),
-    (["--top-k", "0"], ["top_k", "got 0"]),
-    (["--top-k", "1000"], ["top_k", "got 1000"]),
+    (["--temperature", "-1"], ["temperature", "-1", "(option --temperature)"]),
+    (["--temperature", "nan"], ["temperature", "nan", "(option --temperature)"]),
+    (["--top-k", "0"], ["top_k", "got 0", "(option --top-k)"]),
+    (["--top-k", "1000"], ["top_k", "got 1000", "(option --top-k)"]),
     (["--top-p", "0"], ["--top-p", "(0, 1]"]),
     (["--top-p", "1.5"], ["--top-p", "(0, 1]"]),
     (["--max-new-tokens", "-3"], ["--max-new-tokens", "-3"]),

@@ -19,7 +19,8 @@ import torch
 from conftest import run_cli as run
 
 from tinygpt import cli_checks, data
-from tinygpt.cli import main, read_data
+from tinygpt.cli import main
+from tinygpt.cli_train import read_data
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.sample import sample_next, top_p_filter
 
@@ -149,6 +150,22 @@ def test_importing_the_cli_does_not_import_torch():
     assert out.strip() == "False"
 
 
+def test_sampling_imports_no_training_code(trained):
+    """``tinygpt sample`` (load a checkpoint, generate, print) never imports the training loop
+    or the distributed helpers; ``tinygpt train`` does (the check can fail)."""
+    code = ("import sys; from tinygpt.cli import main; code = main(sys.argv[1:]); "
+            "print(code, [m for m in ('tinygpt.train', 'tinygpt.distributed') "
+            "if m in sys.modules])")
+    sample = ["sample", "--out", str(trained), "--max-new-tokens", "5"]
+    out = subprocess.run([sys.executable, "-c", code, *sample], capture_output=True, text=True,
+                         env=child_env(), check=True).stdout
+    assert out.splitlines()[-1] == "0 []"
+    train = ["train", "--data", "missing.txt", "--out", str(trained.parent / "o")]
+    out = subprocess.run([sys.executable, "-c", code, *train], capture_output=True, text=True,
+                         env=child_env(), check=True).stdout
+    assert "tinygpt.train" in out.splitlines()[-1]
+
+
 def test_ctrl_c_in_the_first_second_exits_130_without_a_traceback(trained):
     """Ctrl-C from the moment tinygpt's own code runs: while torch is imported (no delay), the
     checkpoint loaded, or sampling. The child says "ready" once ``tinygpt.__main__`` (what the
@@ -166,6 +183,35 @@ def test_ctrl_c_in_the_first_second_exits_130_without_a_traceback(trained):
         err = proc.stderr.read()
         assert proc.wait(timeout=60) == 130, (delay, err)
         assert err == "tinygpt: interrupted\n", (delay, err)
+
+
+CTRL_C_IN_NUMPY = """
+import os, signal, sys
+
+class CtrlCWhenNumpyIsImported:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlCWhenNumpyIsImported())
+from tinygpt.cli import import_torch_holding_ctrl_c
+try:
+    import_torch_holding_ctrl_c()
+    print("not interrupted")
+except KeyboardInterrupt:
+    storage = sys.modules.get("torch.storage")
+    print("interrupted after the import:", getattr(storage, "HAS_NUMPY", "no torch"))
+"""
+
+
+def test_ctrl_c_while_torch_imports_numpy_arrives_after_the_import():
+    """Seen with `tinygpt sample` under load: a Ctrl-C inside numpy's import, which torch makes,
+    was lost (torch took it for a missing numpy) or made a later import fail; it is held back
+    until torch is imported, then raised."""
+    out = subprocess.run([sys.executable, "-c", CTRL_C_IN_NUMPY], capture_output=True, text=True,
+                         env=child_env(), timeout=120, check=False)
+    assert out.stdout.strip() == "interrupted after the import: True", (out.stdout, out.stderr)
 
 
 def test_keyboard_interrupt_while_building_the_parser_is_130(capsys, monkeypatch):

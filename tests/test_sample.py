@@ -53,7 +53,7 @@ def top2_gap(logits: torch.Tensor) -> float:
     return float((top[..., 0] - top[..., 1]).min())
 
 
-def greedy_reference(model: GPT, idx: torch.Tensor, n: int, keep: int,
+def greedy_reference(model: GPT, idx: torch.Tensor, n: int, crop_to: int,
                      gaps: list[float] | None = None) -> torch.Tensor:
     """The textbook loop, written independently: full forward on the context each step.
 
@@ -65,7 +65,7 @@ def greedy_reference(model: GPT, idx: torch.Tensor, n: int, keep: int,
     with torch.no_grad():
         for _ in range(n):
             if seq.shape[1] - start > T_max:
-                start = seq.shape[1] - keep
+                start = seq.shape[1] - crop_to
             logits = model(seq[:, start:])[:, -1]  # (B, V)
             if gaps is not None:
                 gaps.append(top2_gap(logits))
@@ -175,24 +175,24 @@ def test_sampling_frequencies_match_the_softmax():
 
 # --- generation ----------------------------------------------------------------------------------
 
-def test_context_schedule_crops_to_keep_once_full():
+def test_context_schedule_crops_to_the_last_crop_to_tokens_once_full():
     assert context_schedule(10, 0, 12, 11) == (0, False)
     assert context_schedule(12, 0, 12, 11) == (0, False)
     assert context_schedule(13, 0, 12, 11) == (2, True)  # 11 tokens kept: 2..12
     assert context_schedule(13, 2, 12, 11) == (2, False)
 
 
-@pytest.mark.parametrize("keep", [None, 4])
-def test_cached_and_uncached_greedy_agree_past_the_context_length(keep):
+@pytest.mark.parametrize("crop_to", [None, 4])
+def test_cached_and_uncached_greedy_agree_past_the_context_length(crop_to):
     model = tiny_model()
     idx = prompt(3, 5)
     n = 2 * TINY.block_size + 3  # well past T_max = 12: several crops and rebuilds
-    cached = generate(model, idx, n, temperature=0, use_cache=True, keep=keep)
-    uncached = generate(model, idx, n, temperature=0, use_cache=False, keep=keep)
+    cached = generate(model, idx, n, temperature=0, use_cache=True, crop_to=crop_to)
+    uncached = generate(model, idx, n, temperature=0, use_cache=False, crop_to=crop_to)
     assert cached.shape == (3, 5 + n)
     assert torch.equal(cached[:, :5], idx)
     gaps: list[float] = []
-    reference = greedy_reference(model, idx, n, keep or TINY.block_size // 2, gaps)
+    reference = greedy_reference(model, idx, n, crop_to or TINY.block_size // 2, gaps)
     assert min(gaps) > MARGIN  # no near-tie: the token-for-token comparisons hold on any CPU
     assert torch.equal(cached, uncached)
     assert torch.equal(cached, reference)
@@ -277,14 +277,14 @@ def test_stop_set_with_a_single_row_ends_early():
 @pytest.mark.parametrize("kwargs,error,match", [
     ({"temperature": -0.1}, ValueError, "temperature"),
     ({"temperature": float("nan")}, ValueError, "temperature"),
-    ({"top_k": 0}, ValueError, r"top_k must be in \[1, 23\]"),
-    ({"top_k": 24}, ValueError, r"top_k must be in \[1, 23\]"),
+    ({"top_k": 0}, ValueError, r"top_k must be an integer in \[1, 23\]"),
+    ({"top_k": 24}, ValueError, r"top_k must be an integer in \[1, 23\]"),
     ({"top_p": 0.0}, ValueError, r"top_p must be in \(0, 1\]"),
     ({"top_p": 1.5}, ValueError, r"top_p must be in \(0, 1\]"),
-    ({"max_new_tokens": -1}, ValueError, "max_new_tokens must be >= 0"),
+    ({"max_new_tokens": -1}, ValueError, "max_new_tokens must be an integer >= 0"),
     ({"max_new_tokens": 2.5}, TypeError, "max_new_tokens"),
-    ({"stop": 23}, ValueError, "stop ids"),
-    ({"keep": 12}, ValueError, "keep"),
+    ({"stop": 23}, ValueError, r"a stop id must be an integer in \[0, 22\]"),
+    ({"crop_to": 12}, ValueError, r"crop_to .* \[1, 11\]"),
 ])
 def test_bad_arguments_raise_clear_errors(kwargs, error, match):
     args = {"max_new_tokens": 3, **kwargs}

@@ -49,8 +49,9 @@ CHAPTERS: list[tuple[int, str, str, list[str]]] = [
     (6, "06_block", "Transformer block", ["checks", "config", "block"]),
     (7, "07_gpt", "The GPT", ["model", "gpt2"]),
     (8, "08_training", "Training", ["train", "checkpoint", "ckptio", "ckptcheck", "cli",
+                                    "cli_train"]),
+    (9, "09_sampling", "Sampling", ["sample", "widgets", "cli_sample", "cli_options",
                                     "cli_checks"]),
-    (9, "09_sampling", "Sampling", ["sample", "widgets"]),
     (10, "10_scaling", "Scaling out", ["runtime", "distributed", "resume", "saving"]),
     (11, "11_micro", "GPT in pure Python", ["scalar_gpt"]),
 ]

@@ -38,8 +38,8 @@ def redeliver_ignored_interrupts() -> None:
 
 def run() -> int:
     """Import the command line and run it on ``sys.argv[1:]``; return the exit code."""
-    redeliver_ignored_interrupts()
     try:
+        redeliver_ignored_interrupts()
         from tinygpt.cli import main
 
         code = main()

@@ -1,31 +1,21 @@
 """Checks the command line makes before it spends time or memory: devices, seeds, memory.
 
-It handles what ``tinygpt.cli`` must refuse with a one-line error before any work starts:
-
-* ``check_device``: ``--device`` must be one tinygpt runs on (``cpu``, ``cuda``, ``cuda:N``,
-  ``mps``, ``auto``) and be present on this machine (``meta``, ``xpu``, ``hpu``... are refused);
-* ``check_seed``: ``--seed`` must fit the 64 bits torch's generators take;
-* ``check_train_run`` and ``check_sample_args``: the checks of ``tinygpt train`` (seed, device,
-  memory) and of ``tinygpt sample``'s numbers and device, made before any work;
-* ``train_memory`` / ``sample_memory``: estimates, in bytes, of what a training run or a sampling
-  run will hold at its peak, and ``check_memory``, which refuses a run whose estimate exceeds the
-  memory available on its device (``available_memory``), printing both.
-
-The estimates are closed-form (no model is built): a training step holds the float32 weights,
-their gradients and AdamW's two moments (16 bytes a parameter), plus the activations kept for
-the backward pass of one micro-batch; sampling holds the weights, the key/value cache and the
-output ids. They are meant to be within a small factor of the truth, enough to refuse a run that
-cannot fit; a run that passes may still run out of memory if other programs take it.
-
-It does not validate the configs' own fields (``GPTConfig`` and ``TrainConfig`` do that).
+It handles what ``tinygpt train`` and ``tinygpt sample`` must refuse with a one-line error before
+any work: a ``--device`` tinygpt does not run on or this machine lacks (``check_device``), a seed
+torch cannot take (``check_seed``), and a run whose closed-form memory estimate (``train_memory``,
+``sample_memory``: weights, optimizer state, activations, cache, within a small factor) exceeds
+the memory free on its device (``check_memory``); also ``quiet_broken_pipe``, the quiet exit
+after a closed stdout. It does not validate the configs' fields
+(``GPTConfig``, ``TrainConfig``) or the sampling settings (``tinygpt.sample.check_sampling``).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from pathlib import Path
+
+from tinygpt.checks import check_int
 
 DEVICES = "cpu, cuda, cuda:N, mps or auto"
 SEED_RANGE = (0, 2**63 - 1)  # torch takes 64-bit seeds; training adds 1 + rank to its seed
@@ -71,16 +61,10 @@ def check_train_run(model_config, train_config) -> None:
 
 
 def check_sample_args(args) -> None:
-    """``tinygpt sample``'s numbers and device, checked before the checkpoint is loaded."""
-    if args.num_samples < 1:
-        raise ValueError(f"--num-samples must be at least 1, got {args.num_samples}")
-    if args.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens must be at least 0, got {args.max_new_tokens}")
-    if not (args.temperature >= 0 and math.isfinite(args.temperature)):
-        raise ValueError(f"--temperature must be a finite number >= 0 (0: greedy), got "
-                         f"{args.temperature}")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
+    """``tinygpt sample``'s sizes, seed and device, checked before the checkpoint is loaded
+    (its sampling settings: ``tinygpt.sample.check_sampling``)."""
+    check_int(args.num_samples, "--num-samples")
+    check_int(args.max_new_tokens, "--max-new-tokens", 0)
     check_seed(args.seed)
     check_device(args.device)
 

@@ -1,19 +1,10 @@
 """An interactive sampling form for JupyterLab: ipywidgets controls around ``generate``.
 
-It handles one thing: ``sampling_widget(model, tokenizer)`` builds a small form -- the prompt,
-the temperature, top-k, top-p, the number of new tokens, a seed and a *Generate* button -- and an
-output area. A click encodes the prompt, calls ``tinygpt.sample.generate`` with the settings
-shown (and a ``torch.Generator`` seeded with the seed shown, so a click is reproducible) and
-writes the prompt and its continuation in the output area. A bad setting (``top_p = 0``, an
-empty prompt, a character the tokenizer does not know) shows the library's error message there,
-not a traceback.
-
-Two controls have an "off" position: top-k 0 means no top-k filter (``top_k=None``) and top-p 1
-means no nucleus filter (``top_p=None``; keeping a mass of 1 keeps every token anyway).
-
-It does not train or load models, and it needs ``ipywidgets`` (in the ``book`` extra:
-``pip install 'tinygpt[book]'``), imported only when a form is built. Widgets need a live
-kernel: on a static page (the built book) the form does nothing, so show a fixed example there.
+``sampling_widget(model, tokenizer)`` builds the form (prompt, temperature, top-k with 0 = off,
+top-p with 1 = off, new tokens, seed, a *Generate* button) and an output area. A click calls
+``tinygpt.sample.generate`` with a generator seeded by the seed shown, so it is reproducible; a
+bad setting shows the library's error message there, not a traceback. It needs ``ipywidgets``
+(``pip install 'tinygpt[book]'``), imported only when a form is built, and a live kernel.
 """
 
 from __future__ import annotations

@@ -1,0 +1,87 @@
+"""``tinygpt sample``: load a checkpoint, encode the prompt, call ``generate``, print.
+
+It handles the command's own input: the ``\\n``/``\\t`` escapes of ``--prompt`` and ``--stop``,
+stop strings that must be one token each, the device, and a memory estimate made before the
+model is moved. The sampling settings are checked by ``tinygpt.sample.check_sampling``, the same
+check ``generate`` makes; an error it raises is given the name of its option. It imports no
+training code (``tinygpt.train``, ``tinygpt.distributed``) and does not sample by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from tinygpt import cli_checks
+
+# generate's parameters and their options, to name the option in an error about one
+SAMPLING_OPTIONS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+                    "max_new_tokens": "--max-new-tokens"}
+
+
+def unescape(text: str) -> str:
+    """``\\n`` -> newline, ``\\t`` -> tab, ``\\\\`` -> backslash; nothing else changes."""
+    return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m[1]], text)
+
+
+def run_sample(args: argparse.Namespace, argv: list[str]) -> int:
+    """``tinygpt sample``; an error about a sampling setting ends with its option's name."""
+    try:
+        return sample_and_print(args)
+    except (ValueError, TypeError) as err:
+        name = re.match(r"\w+", str(err))
+        if name is None or name[0] not in SAMPLING_OPTIONS:
+            raise
+        raise ValueError(f"{err} (option {SAMPLING_OPTIONS[name[0]]})") from None
+
+
+def sample_and_print(args: argparse.Namespace) -> int:
+    """Load the checkpoint in ``--out``, encode the prompt, generate and print the samples."""
+    import torch
+
+    from tinygpt.checkpoint import load_checkpoint
+    from tinygpt.runtime import resolve_device
+    from tinygpt.sample import check_sampling, generate
+
+    cli_checks.check_sample_args(args)  # seed, device and sizes
+    check_sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    ckpt = load_checkpoint(args.out)
+    tokenizer = ckpt.tokenizer
+    if tokenizer is None:
+        raise ValueError(f"the checkpoint in {args.out} holds no tokenizer to encode a prompt")
+    prompt = unescape(args.prompt)
+    try:
+        ids = tokenizer.encode(prompt or "\n")  # an empty prompt starts from a newline
+    except ValueError as err:
+        what = "--prompt" if prompt else "an empty --prompt starts from a newline, but"
+        raise ValueError(f"{what}: {err}; give a --prompt made of its characters") from None
+    stops = []
+    for stop in args.stop:
+        try:
+            found = tokenizer.encode(unescape(stop))
+        except ValueError as err:
+            raise ValueError(f"--stop {stop!r}: {err}") from None
+        if len(found) != 1:
+            raise ValueError(f"--stop {stop!r} is {len(found)} tokens of this tokenizer, not 1: "
+                             "only single-token stop strings are supported")
+        stops += found
+    device = resolve_device(args.device)
+    need = cli_checks.sample_memory(ckpt.model_config, args.num_samples, len(ids),
+                                    args.max_new_tokens)
+    cli_checks.check_memory(need, device.type if device.type == "cpu" else str(device),
+                            "sampling", "lower --num-samples or --max-new-tokens")
+    try:
+        model = ckpt.model.to(device)
+    except (RuntimeError, AssertionError) as err:  # a device this torch was not built for
+        raise ValueError(f"--device {args.device}: {err}") from None
+    idx = torch.tensor([ids] * args.num_samples, device=device)  # (B, T)
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    out = generate(model, idx, args.max_new_tokens, args.temperature, args.top_k,
+                   args.top_p, use_cache=not args.no_cache, generator=generator,
+                   stop=stops or None)  # (B, T + n)
+    for i, row in enumerate(out.tolist()):
+        new = row[len(ids):]
+        ends = [j for j, t in enumerate(new) if t in stops]
+        new = new[:ends[0] + 1] if ends else new  # a finished row is padded with its stop id
+        print(("-" * 15 + "\n") * (i > 0) + tokenizer.decode((ids if prompt else []) + new))
+    return 0

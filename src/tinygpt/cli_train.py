@@ -1,0 +1,182 @@
+"""``tinygpt train``: from ``--data`` and the options to a call of ``tinygpt.train.train``.
+
+It handles what the command does around the call: check and lock ``--out``, read the text (a
+file or a named corpus), split it, build a character or BPE tokenizer, make the two configs
+(or take them from the checkpoint with ``--resume``), refuse what cannot work before any work,
+and print a summary line. Under ``torchrun`` every rank runs it; only rank 0 locks ``--out``
+and prints. It does not train, tokenize or save anything itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tinygpt import cli_checks
+from tinygpt.cli_options import config_fields, option_flags
+from tinygpt.config import GPTConfig, TrainConfig
+from tinygpt.data import DATASETS, load_text, split_train_val
+
+CLI_DEFAULTS = {"block_size": 64, "batch_size": 12}  # nanoGPT's baby GPT, see the help's epilog
+CORPORA = ("shakespeare", *(name for name in DATASETS if "/" not in name))
+DEFAULT_BPE_VOCAB = 512
+
+
+def read_data(spec: str) -> tuple[str, str]:
+    """``(text, where)`` of ``--data``: a file's UTF-8 text (line ends kept), else a corpus."""
+    path = Path(spec).expanduser()
+    if not path.exists() and spec in CORPORA:
+        return load_text(spec), f"the {spec} corpus"
+    if not path.exists():
+        raise ValueError(f"--data {spec}: no such file ({path.absolute()}); --data takes a UTF-8 "
+                         f"text file or a corpus name: {', '.join(CORPORA)}")
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "is not a regular file (a device, FIFO, socket)"
+        raise ValueError(f"--data {spec}: {what} ({path.absolute()}); --data takes a UTF-8 text "
+                         "file or a corpus name")
+    try:
+        return path.read_bytes().decode("utf-8"), str(path)
+    except PermissionError:
+        raise ValueError(f"--data {path}: permission denied, cannot read it") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"--data {path}: not UTF-8 text ({err.reason} at byte "
+                         f"{err.start})") from None
+
+
+def configs_and_tokenizer(args: argparse.Namespace,
+                          out: Path) -> tuple[GPTConfig, TrainConfig, Any]:
+    """The model and training configs of the run, and the tokenizer (None: to be built).
+
+    A new run takes the options given over ``CLI_DEFAULTS`` and the configs' defaults; a resumed
+    run takes the checkpoint's, refusing model or tokenizer options that contradict it.
+    """
+    from tinygpt.checkpoint import META_FILE, load_checkpoint
+    from tinygpt.tokenizer import CharTokenizer
+
+    given = vars(args)
+    model_given = {n: given[n] for n in config_fields(GPTConfig) if n in given}
+    train_given = {n: given[n] for n in config_fields(TrainConfig) if n in given}
+    if not args.resume:
+        if (out / META_FILE).exists() and not args.overwrite:
+            raise ValueError(f"{out} already holds a checkpoint: continue it with --resume, or "
+                             "replace it with --overwrite")
+        lr = train_given.get("learning_rate", TrainConfig.learning_rate)
+        if "min_lr" not in train_given and lr < TrainConfig.min_lr:
+            train_given["min_lr"] = lr / 10  # the default min_lr would exceed lr
+        pick = {**CLI_DEFAULTS, **model_given, **train_given}.items()
+        return (GPTConfig(**{k: v for k, v in pick if k in config_fields(GPTConfig)}),
+                TrainConfig(**{k: v for k, v in pick if k in config_fields(TrainConfig)}), None)
+    ckpt = load_checkpoint(out)
+    model_config, tokenizer = ckpt.model_config, ckpt.tokenizer
+    for name, value in model_given.items():
+        if value != getattr(model_config, name):
+            raise ValueError(f"{option_flags(name)[0]} {value} contradicts the checkpoint in {out}"
+                             f" ({name}={getattr(model_config, name)}); leave the model options "
+                             "out when resuming")
+    kind = "char" if isinstance(tokenizer, CharTokenizer) else "bpe"
+    if tokenizer is None or args.tokenizer not in (None, kind) or args.vocab_size not in (
+            None, tokenizer.vocab_size):
+        have = f"a {kind} tokenizer of {tokenizer.vocab_size} tokens" if tokenizer else "none"
+        raise ValueError(f"the checkpoint in {out} has {have}; resuming keeps it, so leave "
+                         "--tokenizer and --vocab-size out")
+    base = ckpt.train_config or TrainConfig(batch_size=CLI_DEFAULTS["batch_size"])
+    train_config = dataclasses.replace(base, **train_given)
+    if train_config.max_iters <= ckpt.step:
+        raise ValueError(f"the checkpoint in {out} is at step {ckpt.step} already, the end of "
+                         f"its run (--max-iters {train_config.max_iters}): --resume continues an "
+                         "interrupted run on its own schedule; a longer run is a new run")
+    return model_config, train_config, tokenizer
+
+
+def run_train(args: argparse.Namespace, argv: list[str]) -> int:
+    """``tinygpt train``: check ``--out`` (``tinygpt.ckptio.check_out_dir``), lock it on rank 0
+    for the run, and train (``train_into``); exit code 1 with one line if training diverges."""
+    from contextlib import nullcontext
+
+    from tinygpt import ckptio
+    from tinygpt.distributed import is_main_process
+    from tinygpt.train import TrainingDivergedError
+
+    out = ckptio.check_out_dir(args.out, data=args.data, resume=args.resume,
+                               overwrite=args.overwrite)
+    try:
+        with ckptio.claim(out) if is_main_process() else nullcontext():  # rank 0 writes
+            return train_into(args, argv)
+    except TrainingDivergedError as err:
+        print(f"tinygpt: error: {err}", file=sys.stderr)
+        return 1
+
+
+def train_into(args: argparse.Namespace, argv: list[str]) -> int:
+    """Read, tokenize and split the data, check the run, call ``train``, print a summary line."""
+    import torch
+
+    from tinygpt import train as train_module
+    from tinygpt.checkpoint import load_checkpoint
+    from tinygpt.distributed import is_main_process
+    from tinygpt.tokenizer import BPETokenizer, CharTokenizer
+
+    out, fraction = Path(args.out).expanduser(), args.val_fraction
+    if not 0 < fraction < 1:
+        raise ValueError(f"--val-fraction must be in (0, 1), got {fraction}")
+    if args.vocab_size is not None and args.tokenizer != "bpe" and not args.resume:
+        raise ValueError("--vocab-size needs --tokenizer bpe; a char tokenizer has one token "
+                         "per character of the text")
+    model_config, train_config, tokenizer = configs_and_tokenizer(args, out)
+    vocab = tokenizer.vocab_size if tokenizer else args.vocab_size or DEFAULT_BPE_VOCAB
+    cli_checks.check_train_run(dataclasses.replace(model_config, vocab_size=vocab),
+                               train_config)
+    text, where = read_data(args.data)
+    if not text:
+        raise ValueError(f"{where} is empty: there is nothing to train on")
+    try:
+        train_text, val_text = split_train_val(text, fraction)
+    except ValueError:  # too short to leave a validation part: reported below
+        train_text, val_text = text, ""
+    if tokenizer is None and args.tokenizer == "bpe":
+        try:
+            tokenizer = BPETokenizer.train(train_text, args.vocab_size or DEFAULT_BPE_VOCAB)
+        except ValueError as err:
+            raise ValueError(f"--vocab-size: {err}") from None
+    elif tokenizer is None:
+        tokenizer = CharTokenizer.from_text(text)
+    try:
+        train_ids, val_ids = tokenizer.encode(train_text), tokenizer.encode(val_text)
+    except ValueError as err:  # a resumed char tokenizer meets a character it has not seen
+        raise ValueError(f"{where} does not fit the checkpoint's tokenizer: {err}") from None
+    need = model_config.block_size + 1  # one window of inputs and their next tokens, per part
+    if min(len(train_ids), len(val_ids)) < need:
+        total = math.ceil(need / min(fraction, 1 - fraction))
+        raise ValueError(f"{where} holds {len(train_ids) + len(val_ids)} tokens: {len(train_ids)}"
+                         f" for training and {len(val_ids)} for validation (--val-fraction "
+                         f"{fraction}), but each part needs at least --block-size + 1 = {need}, "
+                         f"about {total} in all: use a longer text or a smaller --block-size")
+    model_config = dataclasses.replace(model_config, vocab_size=tokenizer.vocab_size)
+    cli_checks.check_train_run(model_config, train_config)  # with the tokenizer's vocab_size
+    start = time.perf_counter()
+    try:
+        history = train_module.train(
+            model_config, train_config, torch.tensor(train_ids), torch.tensor(val_ids),
+            out_dir=out, tokenizer=tokenizer, resume=args.resume, progress=not args.quiet)
+    except KeyboardInterrupt:
+        try:
+            kept = f"the checkpoint of step {load_checkpoint(out).step} in {out} is kept"
+        except ValueError:
+            kept = "no checkpoint was saved"
+        again = shlex.join(["tinygpt", *argv] + ([] if args.resume else ["--resume"]))
+        if is_main_process():  # under torchrun, only rank 0 speaks
+            print(f"tinygpt: interrupted; {kept}; continue with: {again}", file=sys.stderr)
+        return 130
+    last = [r for r in history if "val_loss" in r][-1]
+    if is_main_process():  # every rank returns the same history; rank 0 reports it
+        print(f"tinygpt: trained to step {last['step']} in {time.perf_counter() - start:.1f} s: "
+              f"train loss {last['train_loss']:.4f}, val loss {last['val_loss']:.4f}; "
+              f"checkpoint: {out}; try: tinygpt sample --out {shlex.quote(str(out))} "
+              "--max-new-tokens 200")
+    return 0
