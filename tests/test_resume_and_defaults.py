@@ -1,5 +1,5 @@
 """Rules that chapters 8-10 state: resuming never stretches a learning-rate schedule, bf16 is
-refused on GPUs that only emulate it, and ``generate``'s default ``keep`` rebuilds the key/value
+refused on GPUs that only emulate it, and ``generate``'s default ``crop_to`` rebuilds the key/value
 cache every ``block_size // 2`` tokens or so, not every other token."""
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def test_bf16_is_accepted_on_an_ampere_gpu(monkeypatch):
 
 # --- generate: how often the cache is rebuilt past the context ------------------------------------
 
-def count_rebuilds(monkeypatch, model: GPT, n: int, keep: int | None) -> tuple[int, torch.Tensor]:
+def count_rebuilds(monkeypatch, model: GPT, n: int, crop_to: int | None) -> tuple[int, torch.Tensor]:
     real, rebuilds = sample_module.context_schedule, []
 
     def counting(*args):
@@ -142,20 +142,20 @@ def count_rebuilds(monkeypatch, model: GPT, n: int, keep: int | None) -> tuple[i
 
     monkeypatch.setattr(sample_module, "context_schedule", counting)
     idx = torch.zeros(1, 1, dtype=torch.long)
-    out = generate(model, idx, n, temperature=0, keep=keep)
+    out = generate(model, idx, n, temperature=0, crop_to=crop_to)
     monkeypatch.setattr(sample_module, "context_schedule", real)
     return sum(rebuilds), out
 
 
-def test_the_default_keep_rebuilds_every_half_context(monkeypatch):
+def test_the_default_crop_to_rebuilds_every_half_context(monkeypatch):
     torch.manual_seed(0)
     T_max = 16
     model = GPT(GPTConfig(vocab_size=11, block_size=T_max, n_layer=1, n_head=2, n_embd=8)).eval()
-    period = T_max - T_max // 2 + 1  # tokens between rebuilds with keep = T_max // 2: 9
+    period = T_max - T_max // 2 + 1  # tokens between rebuilds with crop_to = T_max // 2: 9
     n = T_max + 9 * period  # a 1-token prompt: the context is full after T_max - 1 new tokens
     default, out_default = count_rebuilds(monkeypatch, model, n, None)
     _, out_half = count_rebuilds(monkeypatch, model, n, T_max // 2)
     old, _ = count_rebuilds(monkeypatch, model, n, T_max - 1)
-    assert torch.equal(out_default, out_half)  # the default is keep = block_size // 2
+    assert torch.equal(out_default, out_half)  # the default is crop_to = block_size // 2
     assert default == 9  # at n = 17, 26, ..., 89 tokens: one per period past the context
-    assert old == len(range(T_max + 1, n + 1, 2)) == 41  # keep = T_max - 1: every other token
+    assert old == len(range(T_max + 1, n + 1, 2)) == 41  # crop_to = T_max - 1: every other token
