@@ -229,7 +229,8 @@ def run_nanogpt(nanogpt_dir: str, iters: int, eval_interval: int = 250,
     # iteration 0 starts the clock late; iterations that evaluate include the evaluation
     plain = [t for i, t in times.items() if i > 0 and i % eval_interval != 0]
     mean = statistics.fmean(plain)
-    return {"iters": iters, "ms_per_iter": 1000 * mean, "median_ms": 1000 * statistics.median(plain),
+    return {"iters": iters, "ms_per_iter": 1000 * mean,
+            "median_ms": 1000 * statistics.median(plain),
             "train_s": mean * iters, "val_loss": evals[max(evals)], "val_step": max(evals),
             "wall_s": wall, "command": " ".join(cmd[1:-1]), "val_loss_whole": whole[0],
             "ckpt_iter": whole[1], "alongside": alongside}
@@ -262,7 +263,7 @@ def run_hf(train_ids: torch.Tensor, rounds: int, steps: int) -> dict | None:
 
     steps_fn = {"tinygpt": make_step(ours.train(), False), "hf": make_step(hf.train(), True)}
     first = {k: fn() for k, fn in steps_fn.items()}  # warm-up, and the same first loss
-    spent = {k: 0.0 for k in steps_fn}
+    spent = dict.fromkeys(steps_fn, 0.0)
     for _ in range(rounds):
         for k, fn in steps_fn.items():
             t = time.perf_counter()

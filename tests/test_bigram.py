@@ -101,7 +101,8 @@ def test_uniform_model_has_loss_ln_v_and_perplexity_v() -> None:
         (lambda: bigram_counts([0, 1], 0), ValueError, "vocab_size"),
         (lambda: bigram_probs(torch.zeros(2, 3)), ValueError, r"square \(V, V\)"),
         (lambda: bigram_probs(-torch.ones(2, 2)), ValueError, "non-negative"),
-        (lambda: bigram_probs(torch.ones(2, 2), smoothing=-1), ValueError, r"smoothing must be in \[0"),
+        (lambda: bigram_probs(torch.ones(2, 2), smoothing=-1), ValueError,
+         r"smoothing must be in \[0"),
         (lambda: bigram_probs(torch.ones(2, 2), smoothing="1"), TypeError, "number"),
         (lambda: bigram_loss(torch.ones(2, 2) / 2, [0, 2]), ValueError, "valid ids are 0..1"),
     ],
@@ -119,7 +120,9 @@ def test_sampling_is_reproducible_and_valid() -> None:
     counts = bigram_counts(_random_ids(500, V, seed=1), V)
     counts[:, 4] = 0  # token 4 can never be produced by the unsmoothed model
     probs = bigram_probs(counts, smoothing=0.0)
-    draw = lambda seed: sample_bigram(probs, 0, 400, torch.Generator().manual_seed(seed))
+    def draw(seed: int) -> list[int]:
+        return sample_bigram(probs, 0, 400, torch.Generator().manual_seed(seed))
+
     first = draw(123)
     assert first == draw(123)
     assert first != draw(124)

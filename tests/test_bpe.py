@@ -6,6 +6,7 @@ textbook trainer (which is short enough to check by reading).
 """
 
 import inspect
+import re
 from collections import Counter
 from itertools import pairwise
 from pathlib import Path
@@ -156,7 +157,7 @@ def test_trainers_stop_early_and_validate():
     for trainer in (train_merges, train_merges_naive):
         with pytest.raises(ValueError, match="num_merges"):
             trainer(["ab"], -1)
-        with pytest.raises(ValueError, match="0..255"):
+        with pytest.raises(ValueError, match=re.escape("0..255")):
             trainer([[1, 300]], 1)
     with pytest.raises(ValueError, match="counts"):
         train_merges({"ab": -2}, 1)

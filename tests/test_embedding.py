@@ -80,7 +80,7 @@ def test_sinusoid_dot_product_depends_only_on_offset(half, t, s, k):
 
 @pytest.mark.parametrize("args", [(4, 3), (0, 4), (4, 0), (4, -2)])
 def test_sinusoid_bad_sizes(args):
-    with pytest.raises(ValueError, match="T|C"):
+    with pytest.raises(ValueError, match=r"T|C"):
         sinusoidal_positions(*args)
     with pytest.raises(TypeError, match="T must be a positive integer"):
         sinusoidal_positions(2.0, 4)

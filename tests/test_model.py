@@ -288,7 +288,7 @@ def test_bad_inputs_raise_clear_errors():
         model(ok.float())
     with pytest.raises(ValueError, match=r"shape \(B, T\)"):
         model(torch.zeros(4, dtype=torch.long))
-    with pytest.raises(ValueError, match="at least|\\[1,"):
+    with pytest.raises(ValueError, match=r"at least|\[1,"):
         model(torch.zeros(1, 0, dtype=torch.long))
     with pytest.raises(ValueError, match="targets"):
         model(ok, torch.zeros(1, 3, dtype=torch.long))

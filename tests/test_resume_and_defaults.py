@@ -33,7 +33,7 @@ def without_timing(history):
     return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in history]
 
 
-# --- resume ----------------------------------------------------------------------------------------
+# --- resume ---------------------------------------------------------------------------------------
 
 def test_an_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path):
     straight = train(MODEL, CFG, TRAIN, VAL, out_dir=tmp_path / "a", progress=False)
@@ -99,7 +99,7 @@ def test_cli_resume_with_a_larger_max_iters_is_a_clear_one_line_error(tmp_path, 
     assert load_checkpoint(tmp_path / "run").step == 4
 
 
-# --- bf16 needs native support on CUDA -------------------------------------------------------------
+# --- bf16 needs native support on CUDA ------------------------------------------------------------
 
 def fake_gpu(monkeypatch, major: int) -> None:
     """Make torch.cuda report one GPU of compute capability ``major``.x that can emulate bf16."""

@@ -30,9 +30,11 @@ def torch_twin(params: scalar_gpt.Params, config: MicroConfig) -> GPT:
     return model
 
 
-def micro_logits(params: scalar_gpt.Params, config: MicroConfig, ids: list[int]) -> list[list[float]]:
+def micro_logits(params: scalar_gpt.Params, config: MicroConfig,
+                 ids: list[int]) -> list[list[float]]:
     keys, values = scalar_gpt.new_cache(config)
-    return [[z.data for z in scalar_gpt.forward_token(params, config, i, keys, values)] for i in ids]
+    return [[z.data for z in scalar_gpt.forward_token(params, config, i, keys, values)]
+            for i in ids]
 
 
 @pytest.mark.parametrize("config", [SMALL, MicroConfig(vocab_size=5, n_embd=4, n_head=4,
@@ -81,7 +83,8 @@ def test_adam_steps_match_torch_optim_adam():
     for name, weights in scalar_gpt.export_weights(params).items():
         torch.testing.assert_close(torch.tensor(weights), torch.tensor(back[name]),
                                    rtol=0, atol=1e-12)
-    assert scalar_gpt.export_weights(params) != scalar_gpt.export_weights(scalar_gpt.init_params(SMALL, seed=3))
+    other = scalar_gpt.init_params(SMALL, seed=3)
+    assert scalar_gpt.export_weights(params) != scalar_gpt.export_weights(other)
 
 
 @settings(max_examples=40, deadline=None)
@@ -90,7 +93,8 @@ def test_dot_equals_products_summed_with_the_engine(a_data, draw):
     b_data = draw.draw(st.lists(st.floats(-5, 5), min_size=len(a_data), max_size=len(a_data)))
     a1, b1 = [Value(x) for x in a_data], [Value(x) for x in b_data]
     a2, b2 = [Value(x) for x in a_data], [Value(x) for x in b_data]
-    fused = scalar_gpt.dot(a1, b1) * scalar_gpt.dot(a1, a1)  # a reused vector: gradients from both uses
+    # a reused vector: gradients from both uses
+    fused = scalar_gpt.dot(a1, b1) * scalar_gpt.dot(a1, a1)
     plain = sum(x * y for x, y in zip(a2, b2)) * sum(x * x for x in a2)
     fused.backward()
     plain.backward()
@@ -102,7 +106,8 @@ def test_dot_equals_products_summed_with_the_engine(a_data, draw):
 def test_sampling_is_reproducible_and_ends_at_bos():
     params = scalar_gpt.init_params(SMALL, seed=5, std=0.5)
     bos = SMALL.vocab_size - 1
-    draws = [scalar_gpt.sample(params, SMALL, bos, random.Random(s), temperature=1.0) for s in range(8)]
+    draws = [scalar_gpt.sample(params, SMALL, bos, random.Random(s), temperature=1.0)
+             for s in range(8)]
     assert draws == [scalar_gpt.sample(params, SMALL, bos, random.Random(s), temperature=1.0)
                      for s in range(8)]
     assert len(set(map(tuple, draws))) > 1  # the seed matters

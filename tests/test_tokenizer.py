@@ -6,6 +6,7 @@ independent reference for GPT-2.
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -273,7 +274,7 @@ def test_save_load_identity(trained, tmp_path):
 def test_load_rejects_bad_files(trained, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json", encoding="utf-8")
-    with pytest.raises(ValueError, match="bad.json"):
+    with pytest.raises(ValueError, match=re.escape("bad.json")):
         BPETokenizer.load(bad)
     good = tmp_path / "good.json"
     trained.save(good)
@@ -281,7 +282,7 @@ def test_load_rejects_bad_files(trained, tmp_path):
     for change in [{"format": "other"}, {"version": 99}, {"merges": model["merges"][::-1]},
                    {"tokens": model["tokens"][:-5]}, {"special_tokens": {EOT: 5}}]:
         bad.write_text(json.dumps({**model, **change}), encoding="utf-8")
-        with pytest.raises(ValueError, match="bad.json"):
+        with pytest.raises(ValueError, match=re.escape("bad.json")):
             BPETokenizer.load(bad)
     with pytest.raises(ValueError, match="missing"):
         BPETokenizer.load(tmp_path / "missing.json")

@@ -102,7 +102,7 @@ def cross_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def cross_entropy_backward(probs: Tensor, targets: Tensor) -> Tensor:
-    """d loss / d logits for the mean cross-entropy: (probs - one_hot(targets)) / B, shape (B, V)."""
+    """d loss / d logits for the mean cross-entropy: (probs - one_hot(targets)) / B, (B, V)."""
     B = probs.shape[0]
     dlogits = probs.clone()  # (B, V)
     dlogits[torch.arange(B), targets] -= 1.0

@@ -34,7 +34,7 @@ def _check_table(table: torch.Tensor, name: str, vocab_size: int | None = None) 
         raise ValueError(f"{name} must be a square (V, V) tensor, got {shape}")
     if vocab_size is not None and table.shape[0] != vocab_size:
         raise ValueError(f"{name} is {tuple(table.shape)} for vocab_size {vocab_size}")
-    if table.is_floating_point() and not torch.isfinite(table).all() or (table < 0).any():
+    if (table.is_floating_point() and not torch.isfinite(table).all()) or (table < 0).any():
         raise ValueError(f"{name} must be finite and non-negative")
     return table.shape[0]
 

@@ -55,7 +55,7 @@ class LayerNorm(nn.Module):
         _check_width(self, x)
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
         centred = x - mean  # (..., C), mean 0
-        var = (centred * centred).mean(dim=-1, keepdim=True)  # (..., 1), two passes: no cancellation
+        var = (centred * centred).mean(dim=-1, keepdim=True)  # (..., 1), two-pass: no cancellation
         y = centred * torch.rsqrt(var + self.eps) * self.weight  # (..., C)
         return y + self.bias if self.bias is not None else y
 
@@ -101,7 +101,7 @@ def relu(x: Tensor) -> Tensor:
 
 
 def gelu(x: Tensor) -> Tensor:
-    """Exact GELU: ``x * Phi(x)``, with ``Phi`` the standard normal CDF, ``(1 + erf(x/sqrt 2))/2``."""
+    """Exact GELU: ``x * Phi(x)``, ``Phi`` the standard normal CDF, ``(1 + erf(x/sqrt 2))/2``."""
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 

@@ -67,10 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
          "with the same)", type=float, default=0.1, metavar="F")
     add_option(io, "--out", "the checkpoint folder to write (or to resume)", required=True,
          metavar="DIR")
-    add_option(io, "--resume", "continue the checkpoint in --out with its model and tokenizer (same "
-         "--data; --max-iters may be raised)", action="store_true")
-    add_option(io, "--overwrite", "replace the checkpoint in --out, or write one beside the files of a "
-         "non-empty folder, instead of refusing (files tinygpt did not write are never touched)",
+    add_option(io, "--resume", "continue the checkpoint in --out with its model and tokenizer "
+         "(same --data; --max-iters may be raised)", action="store_true")
+    add_option(io, "--overwrite", "replace the checkpoint in --out, or write one beside the files "
+         "of a non-empty folder, instead of refusing (files tinygpt did not write are never "
+         "touched)",
          action="store_true")
     add_option(io, "--quiet", "no progress bar or evaluation lines, only the summary line",
          action="store_true")
@@ -81,9 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sample = commands.add_parser("sample", help="print text generated from a checkpoint",
                                  description="Print text generated from a checkpoint.")
-    add_option(sample, "--out", "the checkpoint folder (train's --out)", required=True, metavar="DIR")
-    add_option(sample, "--prompt", "the text to continue (\\n: newline, \\t: tab); empty: start from a "
-         "newline, which is not printed", shown="empty", default="", metavar="TEXT")
+    add_option(sample, "--out", "the checkpoint folder (train's --out)", required=True,
+         metavar="DIR")
+    add_option(sample, "--prompt", "the text to continue (\\n: newline, \\t: tab); empty: start "
+         "from a newline, which is not printed", shown="empty", default="", metavar="TEXT")
     for flag, kind, default, text in [
             ("--max-new-tokens", int, 500, "tokens to generate per sample"),
             ("--temperature", float, 0.8, "divides the logits; 0 is greedy"),

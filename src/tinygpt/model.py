@@ -126,9 +126,10 @@ class GPT(nn.Module):
     def forward(self, idx: Tensor, targets: Tensor | None = None,
                 caches: Sequence[KVCache] | None = None, *,
                 last_only: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """Logits ``(B, T, V)`` for ids ``idx`` ``(B, T)``; with ``targets`` ``(B, T)`` also the mean
-        cross-entropy. ``caches`` (from ``new_caches(B)``) hold the positions before ``idx`` and
-        are extended. ``last_only=True`` (sampling) computes only the last position's logits."""
+        """Logits ``(B, T, V)`` for ids ``idx`` ``(B, T)``; with ``targets`` ``(B, T)`` also the
+        mean cross-entropy. ``caches`` (from ``new_caches(B)``) hold the positions before ``idx``
+        and are extended. ``last_only=True`` (sampling) computes only the last position's logits.
+        """
         past = self._check_inputs(idx, targets, caches, last_only)  # positions already cached
         B, T = idx.shape
         tok = self.transformer.embed.wte(idx)  # (B, T, C)
@@ -146,7 +147,7 @@ class GPT(nn.Module):
         return logits, loss
 
     def _check_inputs(self, idx: object, targets: object, caches: object, last_only: object) -> int:
-        """A clear error for any bad argument of ``forward``; else the number of cached positions."""
+        """A clear error for any bad argument of ``forward``; else how many positions are cached."""
         check_bool(last_only, "last_only")
         if last_only and targets is not None:
             raise ValueError("last_only=True gives only the last position's logits, so it cannot "
@@ -161,7 +162,8 @@ class GPT(nn.Module):
                              f"T_max), got {where}; crop the input to its last {T_max} tokens")
         if targets is not None:
             if not isinstance(targets, Tensor) or targets.shape != idx.shape:  # type: ignore[union-attr]
-                got = tuple(targets.shape) if isinstance(targets, Tensor) else type(targets).__name__
+                got = (tuple(targets.shape) if isinstance(targets, Tensor)
+                       else type(targets).__name__)
                 raise ValueError(f"targets must be a tensor of shape {(B, T)} like idx, got {got}")
             check_token_ids(targets, self.config.vocab_size, name="targets")
         return past
@@ -182,7 +184,7 @@ class GPT(nn.Module):
         shape = tuple(caches[0].k.shape)
         if any((c.k.shape[0], c.k.shape[1], c.k.shape[3]) != (batch_size, cfg.n_head, cfg.head_size)
                for c in caches):
-            raise ValueError(f"the caches hold keys of shape {shape} (B, H, T_max, d_k), but idx has "
-                             f"batch size {batch_size} and this model H={cfg.n_head}, "
+            raise ValueError(f"the caches hold keys of shape {shape} (B, H, T_max, d_k), but idx "
+                             f"has batch size {batch_size} and this model H={cfg.n_head}, "
                              f"d_k={cfg.head_size}; make them with model.new_caches(B)")
         return lengths.pop()

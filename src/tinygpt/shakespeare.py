@@ -86,7 +86,7 @@ def markdown_play_to_text(markdown: str) -> str:
         if match:
             speaker, guessed = " ".join(match[1].replace(":", " ").split()), False
             lines, starts_speech = lines[1:], True
-        elif block[0] in "_*" and block[-1] in "_*" or _NUMBERED_ITEM.match(block):
+        elif (block[0] in "_*" and block[-1] in "_*") or _NUMBERED_ITEM.match(block):
             if (speaker is None or guessed) and (entrance := _ENTRANCE.match(block)):
                 speaker, guessed = entrance[1] or entrance[2], True
             previous = "direction"
