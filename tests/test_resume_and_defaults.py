@@ -132,7 +132,8 @@ def test_bf16_is_accepted_on_an_ampere_gpu(monkeypatch):
 
 # --- generate: how often the cache is rebuilt past the context ------------------------------------
 
-def count_rebuilds(monkeypatch, model: GPT, n: int, crop_to: int | None) -> tuple[int, torch.Tensor]:
+def count_rebuilds(monkeypatch, model: GPT, n: int,
+                   crop_to: int | None) -> tuple[int, torch.Tensor]:
     real, rebuilds = sample_module.context_schedule, []
 
     def counting(*args):
