@@ -23,8 +23,11 @@ from tinygpt.checks import check_choice, check_float, check_ids, check_instance,
 
 def _id_array(ids, vocab_size: int, min_len: int) -> np.ndarray:
     """``ids`` (list, tuple, numpy array or tensor), checked, as a 1-D int64 array."""
+    if not isinstance(ids, (str, bytes)):  # as an array first, so that the check is vectorised
+        ids = np.asarray(ids.detach().cpu() if isinstance(ids, torch.Tensor) else ids)
+        ids = ids if ids.size else ids.astype(np.int64)  # [] is an empty float array
     check_ids(ids, vocab_size, min_len)
-    return np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
+    return ids.astype(np.int64)
 
 
 def _check_table(table: torch.Tensor, name: str, vocab_size: int | None = None) -> int:

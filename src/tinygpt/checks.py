@@ -49,7 +49,8 @@ def check_float(value: object, name: str, low: float = -math.inf, high: float = 
     ``low_open``/``high_open`` exclude that end: ``check_float(p, "dropout", 0, 1,
     high_open=True)`` accepts ``[0, 1)``.
     """
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    interval = (f"{'(' if low_open or low == -math.inf else '['}{low:g}, "
+                f"{high:g}{')' if high_open or high == math.inf else ']'}")  # inf is not allowed
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number in {interval}, got {value!r}")
     too_low = value <= low if low_open else value < low

@@ -58,7 +58,10 @@ def check_sampling(logits: object = None, temperature: object = 1.0, top_k: obje
             raise ValueError(f"logits must have shape (..., V) with V >= 1, got "
                              f"{tuple(logits.shape)}")
         vocab_size = logits.shape[-1] if vocab_size is None else vocab_size
-    temperature = check_float(temperature, "temperature", 0.0, math.inf)
+    try:
+        temperature = check_float(temperature, "temperature", 0.0, math.inf)
+    except ValueError as err:
+        raise ValueError(f"{err} (0 means greedy decoding)") from None
     if temperature == 0 and not greedy:
         raise ValueError("temperature must be > 0 here; temperature 0 means greedy decoding "
                          "(argmax), see sample_next")
