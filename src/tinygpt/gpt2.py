@@ -101,6 +101,14 @@ def _hf_name(name: str) -> str:
     return name.replace("transformer.embed.", "transformer.", 1)
 
 
+def _check_gpt2_model(model: object) -> None:
+    """A clear error unless ``model`` is a ``GPT`` in GPT-2's layout."""
+    from tinygpt.model import GPT
+
+    check_instance(model, GPT, "model")
+    _check_gpt2_layout(model.config)  # type: ignore[attr-defined]
+
+
 def _check_gpt2_layout(config: GPTConfig) -> None:
     wrong = {k: getattr(config, k) for k, v in _GPT2_LAYOUT.items() if getattr(config, k) != v}
     if wrong:
@@ -109,10 +117,7 @@ def _check_gpt2_layout(config: GPTConfig) -> None:
 
 def to_hf_state_dict(model: GPT) -> dict[str, Tensor]:
     """``model``'s weights under ``GPT2LMHeadModel``'s names and layouts (copies)."""
-    from tinygpt.model import GPT
-
-    check_instance(model, GPT, "model")
-    _check_gpt2_layout(model.config)
+    _check_gpt2_model(model)
     return {_hf_name(name): (t.t() if _is_conv1d(name) else t).detach().clone()
             for name, t in model.state_dict().items()}
 

@@ -157,16 +157,12 @@ def train(
     model: GPT | None = None, progress: bool = True,
     callback: Callable[[Record, GPT], bool | None] | None = None,
 ) -> list[Record]:
-    """Train a GPT and return its history: one record per optimizer step.
-
-    A record holds ``step``, ``loss``, ``lr`` and ``tokens_per_s``, and every ``eval_interval``
-    steps ``train_loss`` and ``val_loss``; a fresh run first records step 0. ``model``: train
-    that model in place (else a seeded new one). ``out_dir``: save checkpoints there, every
-    ``save_every`` steps and after the last; ``resume=True`` continues the one there bit for bit.
-    ``callback(record, model)`` returning True stops training. A non-finite loss or gradient
-    raises ``TrainingDivergedError``; a diverged model is never saved. Under ``torchrun`` every
-    process calls ``train`` and together they train one model, data-parallel.
-    """
+    """Train a GPT; return its history, one record per step (``step``, ``loss``, ``lr``,
+    ``tokens_per_s``, and ``train_loss``/``val_loss`` when evaluated; step 0 first). ``out_dir``:
+    save checkpoints there; ``resume=True`` continues the one there bit for bit. ``model``: train
+    it in place. ``callback`` returning True stops the run. A non-finite loss or gradient raises
+    ``TrainingDivergedError`` (nothing diverged is saved). Under ``torchrun`` every process calls
+    it (data parallel)."""
     cfg = train_config
     train_data, val_data, device = _checked(model_config, cfg, train_data, val_data, out_dir,
                                             resume, model)
