@@ -21,13 +21,8 @@ import torch
 from conftest import rewrite_manifest as edit_json
 
 import tinygpt
-from tinygpt.checkpoint import (
-    CheckpointError,
-    load_checkpoint,
-    save_checkpoint,
-    unique_tensors,
-)
-from tinygpt.ckptio import MODEL_FILE
+from tinygpt.checkpoint import load_checkpoint, save_checkpoint, unique_tensors
+from tinygpt.ckptio import MODEL_FILE, CheckpointError
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.resume import restore_optimizer

@@ -23,7 +23,8 @@ from conftest import run_cli as run
 
 import tinygpt
 from tinygpt import ckptio
-from tinygpt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+from tinygpt.ckptio import CheckpointError
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer

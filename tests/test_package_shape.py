@@ -8,6 +8,8 @@ which a cycle can hide in -- has no cycle.
 from __future__ import annotations
 
 import ast
+import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,32 @@ def test_every_module_is_small_and_says_what_it_is(path: Path):
     assert lines <= MAX_LINES, f"{path.name} has {lines} lines, more than {MAX_LINES}: split it"
     docstring = ast.get_docstring(ast.parse(text))
     assert docstring and len(docstring.split()) >= 8, f"{path.name} needs a module docstring"
+
+
+def _imported_names(tree: ast.AST) -> list[tuple[str, str]]:
+    return [(node.module, alias.name) for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tinygpt.")
+            for alias in node.names]
+
+
+def _code_of(path: Path) -> str:
+    if path.suffix != ".ipynb":
+        return path.read_text(encoding="utf-8")
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    lines = [line for c in cells if c["cell_type"] == "code" for line in "".join(c["source"])
+             .splitlines() if not line.lstrip().startswith(("%", "!"))]  # no IPython magics
+    return "\n".join(lines)
+
+
+def test_every_class_and_function_is_imported_from_its_own_module():
+    """One import path per public name: ``from tinygpt.X import Name`` only where X defines it."""
+    root = SRC.parents[1]
+    files = [*SRC.glob("*.py"), *(root / "tests").rglob("*.py"),
+             *(root / "benchmarks").glob("*.py"), *(root / "chapters").glob("*.ipynb")]
+    elsewhere = []
+    for path in files:
+        for module, name in _imported_names(ast.parse(_code_of(path))):
+            home = getattr(getattr(importlib.import_module(module), name, None), "__module__", None)
+            if home and home.startswith("tinygpt.") and home != module:
+                elsewhere.append(f"{path.name}: {name} from {module}, defined in {home}")
+    assert not elsewhere, elsewhere

@@ -101,7 +101,7 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
 
     from tinygpt import ckptio
     from tinygpt.distributed import is_main_process
-    from tinygpt.train import TrainingDivergedError
+    from tinygpt.saving import TrainingDivergedError
 
     out = ckptio.check_out_dir(args.out, data=args.data, resume=args.resume,
                                overwrite=args.overwrite)
