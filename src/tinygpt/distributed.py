@@ -119,30 +119,44 @@ def distributed(device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S
         return
     import torch.distributed as dist
 
-    if not dist.is_available():
-        raise RuntimeError("torchrun started several processes, but this torch build has no "
-                           "torch.distributed support")
     made_here = not dist.is_initialized()
     if made_here:
-        if ctx.device.type == "cuda":
-            torch.cuda.set_device(ctx.device)
-        # torchrun's store outlives a process group: a group made again in the same process
-        # (a second train() call) gets a fresh key prefix, or it would meet the old one's keys
-        store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
-        n = store.add(f"tinygpt/rank{ctx.rank}/groups", 1)  # the same count on every rank
-        dist.init_process_group("nccl" if ctx.device.type == "cuda" else "gloo",
-                                store=dist.PrefixStore(f"tinygpt/group{n}", store),
-                                rank=ctx.rank, world_size=ctx.world_size,
-                                timeout=timedelta(seconds=timeout_s))
+        _init_group(ctx, timeout_s)  # gloo on CPUs, nccl on GPUs
     try:
-        if dist.get_world_size() != ctx.world_size or dist.get_rank() != ctx.rank:
-            raise RuntimeError(f"the process group has rank {dist.get_rank()} of "
-                               f"{dist.get_world_size()}, the environment says {ctx.rank} of "
-                               f"{ctx.world_size}")
+        _check_group(ctx)
         yield ctx
     finally:
         if made_here and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _init_group(ctx: DistContext, timeout_s: float) -> None:
+    """Join torchrun's rendezvous and create the default process group for ``ctx``."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise RuntimeError("torchrun started several processes, but this torch build has no "
+                           "torch.distributed support")
+    if ctx.device.type == "cuda":
+        torch.cuda.set_device(ctx.device)
+    # torchrun's store outlives a process group: a group made again in the same process
+    # (a second train() call) gets a fresh key prefix, or it would meet the old one's keys
+    store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
+    n = store.add(f"tinygpt/rank{ctx.rank}/groups", 1)  # the same count on every rank
+    dist.init_process_group("nccl" if ctx.device.type == "cuda" else "gloo",
+                            store=dist.PrefixStore(f"tinygpt/group{n}", store),
+                            rank=ctx.rank, world_size=ctx.world_size,
+                            timeout=timedelta(seconds=timeout_s))
+
+
+def _check_group(ctx: DistContext) -> None:
+    """A clear error if the process group disagrees with torchrun's environment."""
+    import torch.distributed as dist
+
+    if dist.get_world_size() != ctx.world_size or dist.get_rank() != ctx.rank:
+        raise RuntimeError(f"the process group has rank {dist.get_rank()} of "
+                           f"{dist.get_world_size()}, the environment says {ctx.rank} of "
+                           f"{ctx.world_size}")
 
 
 def own_share(draw: Callable[[], Item], ctx: DistContext) -> Item:
