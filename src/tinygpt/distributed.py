@@ -185,6 +185,36 @@ def wrap_model(model: nn.Module, ctx: DistContext) -> nn.Module:
     return DistributedDataParallel(model, device_ids=ids)
 
 
+class _DDPHandle:
+    """Forwards calls and ``no_sync()`` to a DDP wrapper until ``release()`` lets go of it."""
+
+    def __init__(self, ddp: nn.Module) -> None:
+        self.ddp: nn.Module | None = ddp
+
+    def __call__(self, *args, **kwargs):
+        return self.ddp(*args, **kwargs)  # type: ignore[misc]
+
+    def no_sync(self):
+        return self.ddp.no_sync()  # type: ignore[union-attr, operator]
+
+
+@contextmanager
+def data_parallel(model: nn.Module, ctx: DistContext) -> Iterator[nn.Module | _DDPHandle]:
+    """``wrap_model(model, ctx)`` for the length of a ``with``: on several ranks, a handle on the
+    DDP wrapper that lets go of it on the way out. DDP holds the process group; freed after the
+    group is destroyed (an error's traceback keeps the caller's locals alive), gloo can hang."""
+    wrapped = wrap_model(model, ctx)
+    if wrapped is model:
+        yield model
+        return
+    handle = _DDPHandle(wrapped)
+    del wrapped
+    try:
+        yield handle
+    finally:
+        handle.ddp = None
+
+
 def all_reduce_mean(values: Mapping[str, float], ctx: DistContext, weight: float = 1.0
                     ) -> dict[str, float]:
     """The mean of each value over ranks, weighting this rank's by ``weight`` (e.g. the number of

@@ -26,9 +26,9 @@ from tinygpt.distributed import (
     DistContext,
     all_reduce_mean,
     broadcast_flag,
+    data_parallel,
     distributed,
     own_share,
-    wrap_model,
 )
 from tinygpt.model import GPT
 from tinygpt.resume import start_run
@@ -176,7 +176,7 @@ def train(
                         model=model, tokenizer=tokenizer, configure_optimizer=configure_optimizer,
                         lr_at=lr_at, warn=say)
         model, optimizer, step, history = run.model, run.optimizer, run.step, run.history
-        net = wrap_model(model, ctx)  # DDP shares model's parameters; checkpoints save model's
+        net = cleanup.enter_context(data_parallel(model, ctx))  # DDP shares model's parameters
         saver = RunSaver(out_dir, ctx, model, optimizer, model_config, cfg, run.tokenizer,
                          batches, last_saved=step if resume else None)
         say(f"effective batch: {cfg.batch_size} sequences x {A} accumulation steps x {world} "
