@@ -271,3 +271,33 @@ def test_the_cli_runs_under_torchrun_and_writes_one_checkpoint(tmp_path):
 def test_only_rank_0_is_the_main_process():
     assert is_main_process({}) and is_main_process({"RANK": "0"})  # a single process, rank 0
     assert not is_main_process({"RANK": "1"}) and not is_main_process({"RANK": "3"})
+
+
+def test_data_parallel_lets_go_of_ddp_before_the_group_is_destroyed(tmp_path):
+    """DDP holds the process group: ``data_parallel`` drops it on the way out, even while the
+    caller still holds the handle (as ``train``'s locals do until it returns, and an error's
+    traceback after that). Kept alive past ``destroy_process_group``, gloo could hang."""
+    import gc
+    import weakref
+
+    from tinygpt.distributed import data_parallel
+    from tinygpt.model import GPT
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        model = GPT(MODEL)
+        ctx = DistContext(world_size=2)  # makes wrap_model wrap: the group itself has one rank
+        with data_parallel(model, ctx) as net:
+            assert isinstance(net.ddp, torch.nn.parallel.DistributedDataParallel)
+            ddp = weakref.ref(net.ddp)
+            x = TRAIN[:16][None]  # (1, 16)
+            net(x, x)[1].backward()  # the wrapper is usable through the handle
+            with net.no_sync():
+                pass
+        gc.collect()
+        assert ddp() is None and net.ddp is None  # gone, though `net` is still referenced
+        with data_parallel(model, DistContext()) as plain:
+            assert plain is model  # one process: the model itself
+    finally:
+        dist.destroy_process_group()
