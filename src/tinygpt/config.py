@@ -15,9 +15,10 @@ anything.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Literal, get_origin, get_type_hints
 
 from tinygpt.checks import check_bool, check_choice, check_float, check_int, choices
 
@@ -31,16 +32,18 @@ NORMS, NORM_POSITIONS = choices(Norm), choices(NormPosition)
 ACTIVATIONS, POSITIONALS, DTYPES = choices(Activation), choices(Positional), choices(Dtype)
 
 
-_LITERALS = {"Norm": Norm, "NormPosition": NormPosition, "Activation": Activation,
-             "Positional": Positional, "Dtype": Dtype}  # field annotations are strings here
+@functools.cache
+def _literal_fields(cls: type) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``(name, values)`` of every field of ``cls`` typed as a ``Literal``."""
+    hints = get_type_hints(cls)  # the annotations are strings here: this resolves them
+    return tuple((f.name, choices(hints[f.name])) for f in fields(cls)
+                 if get_origin(hints[f.name]) is Literal)
 
 
 def _check_choices(config: object) -> None:
-    """Check every field typed as one of the ``Literal`` types above against its values."""
-    for f in fields(config):  # type: ignore[arg-type]
-        if f.type in _LITERALS:
-            valid = choices(_LITERALS[f.type])
-            check_choice(getattr(config, f.name), f"{type(config).__name__}.{f.name}", valid)
+    """Check every field typed as a ``Literal`` against its values."""
+    for name, valid in _literal_fields(type(config)):
+        check_choice(getattr(config, name), f"{type(config).__name__}.{name}", valid)
 
 
 @dataclass(frozen=True)
