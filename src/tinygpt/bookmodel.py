@@ -1,0 +1,180 @@
+"""The book's model: the best character-level GPT that trains in about three minutes on 2 CPU cores.
+
+:func:`book_model` trains it by a fixed, seeded recipe (:data:`BOOK_RECIPE`) on the complete
+plays, once: the result is cached (see :mod:`tinygpt.cache`) as a checkpoint, with its training
+history, the text it wrote at several steps and its loss over the whole validation split. Chapter
+8 trains it; chapters 9 and later load it. A second call loads it instead of training; a changed
+recipe, tinygpt version or source of the code that trains it trains again; a corrupt cached copy
+is reported and trained again, never used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tinygpt import cache, data
+from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+from tinygpt.ckptio import CheckpointError
+from tinygpt.config import GPTConfig, TrainConfig
+from tinygpt.model import GPT
+from tinygpt.sample import generate
+from tinygpt.scoring import score
+from tinygpt.tokenizer import CharTokenizer
+from tinygpt.train import Record, train
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that decides the book's model: the model, its training, the corpus, and the
+    samples taken on the way (at the steps ``sample_at`` and the last one: ``sample_chars``
+    characters after ``prompt`` at ``temperature``, from a generator seeded with
+    ``sample_seed``)."""
+
+    model: GPTConfig
+    train: TrainConfig
+    corpus: str = "shakespeare"
+    sample_at: tuple[int, ...] = (0, 100, 300, 1000)
+    prompt: str = "\n"
+    sample_chars: int = 400
+    temperature: float = 0.8
+    sample_seed: int = 0
+
+
+BOOK_RECIPE = Recipe(
+    model=GPTConfig(vocab_size=70, block_size=128, n_layer=4, n_head=4, n_embd=128, bias=False,
+                    activation="gelu"),
+    train=TrainConfig(batch_size=16, max_iters=2100, learning_rate=4e-3, min_lr=0.0,
+                      warmup_iters=100, eval_interval=150, eval_iters=8, log_interval=10),
+)
+
+
+@dataclass
+class BookModel:
+    """A trained book model and what was recorded while it trained.
+
+    ``history``: one record per step (as ``train`` returns it); ``samples``: step -> the text
+    written at that step; ``val_loss``: the mean loss over the whole validation split (see
+    :func:`tinygpt.scoring.score`); ``train_s``: seconds the training took on the machine that
+    trained it (``machine``); ``trained_now``: trained by this call rather than loaded.
+    """
+
+    model: GPT
+    tokenizer: CharTokenizer
+    recipe: Recipe
+    history: list[Record]
+    samples: dict[int, str]
+    val_loss: float
+    train_s: float
+    machine: str
+    trained_now: bool
+    path: Path = field(repr=False)
+
+
+def book_data(corpus: str = "shakespeare") -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
+    """The book's one corpus and split: its character tokenizer and its training and validation
+    token ids (the first 90% and the last 10% of the text, ``data.split_train_val``)."""
+    text = data.load_text(corpus)
+    tok = CharTokenizer.from_text(text)
+    train_ids, val_ids = data.split_train_val(torch.tensor(tok.encode(text)))
+    return tok, train_ids, val_ids
+
+
+def _recipe_json(recipe: Recipe) -> dict[str, Any]:
+    return dataclasses.asdict(recipe)
+
+
+def book_model(recipe: Recipe = BOOK_RECIPE, *, progress: bool = True) -> BookModel:
+    """The book's model, trained by ``recipe``: loaded from the cache, or trained and cached."""
+    if not isinstance(recipe, Recipe):
+        raise TypeError(f"recipe must be a tinygpt.bookmodel.Recipe, got {type(recipe).__name__}")
+    key = cache.key("bookmodel", _recipe_json(recipe))
+    path = cache.folder() / f"book-model-{key[:20]}"
+    if path.exists():
+        try:
+            return _load(path, recipe)
+        except CheckpointError as err:
+            warnings.warn(f"the cached book model is corrupt ({err}); training it again",
+                          stacklevel=2)
+    result = _train(recipe, path, progress)
+    _store(result, path)
+    return result
+
+
+def _load(path: Path, recipe: Recipe) -> BookModel:
+    ckpt = load_checkpoint(path)
+    if ckpt.model_config != recipe.model or ckpt.train_config != recipe.train:
+        raise CheckpointError(f"{path}: holds a model of another recipe")
+    if not isinstance(ckpt.tokenizer, CharTokenizer) or not ckpt.history:
+        raise CheckpointError(f"{path}: has no character tokenizer or no history")
+    last = ckpt.history[-1]
+    try:
+        samples = {int(r["step"]): str(r["sample"]) for r in ckpt.history if "sample" in r}
+        val_loss, train_s, machine = float(last["whole_val_loss"]), float(last["train_s"]), \
+            str(last["machine"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: incomplete record ({err})") from None
+    return BookModel(ckpt.model, ckpt.tokenizer, recipe, ckpt.history, samples, val_loss,
+                     train_s, machine, trained_now=False, path=path)
+
+
+def _train(recipe: Recipe, path: Path, progress: bool) -> BookModel:
+    tok, train_ids, val_ids = book_data(recipe.corpus)
+    if tok.vocab_size != recipe.model.vocab_size:
+        raise ValueError(f"the recipe's vocab_size is {recipe.model.vocab_size}, but the corpus "
+                         f"{recipe.corpus!r} has {tok.vocab_size} characters")
+    prompt = torch.tensor([tok.encode(recipe.prompt)])  # (1, T0)
+
+    def write(model: GPT) -> str:  # the same seeded sample at every step it is taken
+        gen = torch.Generator().manual_seed(recipe.sample_seed)
+        out = generate(model, prompt, recipe.sample_chars, temperature=recipe.temperature,
+                       generator=gen)
+        return tok.decode(out[0, prompt.shape[1]:].tolist())
+
+    def at_step(record: Record, model: GPT) -> None:
+        if record["step"] in recipe.sample_at or record["step"] == recipe.train.max_iters:
+            record["sample"] = write(model)
+
+    torch.manual_seed(recipe.train.seed)
+    model = GPT(recipe.model)
+    first_sample = write(model)  # untrained: step 0
+    start = time.perf_counter()
+    history = train(recipe.model, recipe.train, train_ids, val_ids, model=model,
+                    progress=progress, callback=at_step)
+    train_s = time.perf_counter() - start
+    history[0]["sample"] = first_sample
+    last = history[-1]
+    last["whole_val_loss"] = score(model, val_ids, recipe.model.block_size)
+    last["train_s"] = train_s
+    last["machine"] = f"{os.cpu_count()} CPU cores, torch {torch.__version__}"
+    samples = {int(r["step"]): r["sample"] for r in history if "sample" in r}
+    return BookModel(model.eval(), tok, recipe, history, samples, last["whole_val_loss"],
+                     train_s, last["machine"], trained_now=True, path=path)
+
+
+def _store(result: BookModel, path: Path) -> None:
+    """Save into a new folder beside ``path``, then rename it into place (replacing a corrupt
+    copy, which is first renamed away and then removed); a failure only warns."""
+    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+    try:
+        save_checkpoint(tmp, result.model, None, result.recipe.model, result.recipe.train,
+                        result.recipe.train.max_iters, tokenizer=result.tokenizer,
+                        history=result.history)
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{secrets.token_hex(4)}")
+            os.replace(path, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, path)
+    except (OSError, CheckpointError) as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        warnings.warn(f"could not cache the book model in {path} ({err}); it will be trained "
+                      "again next time", stacklevel=3)
