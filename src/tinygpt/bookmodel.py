@@ -6,16 +6,27 @@ history, the text it wrote at several steps and its loss over the whole validati
 8 trains it; chapters 9 and later load it. A second call loads it instead of training; a changed
 recipe, tinygpt version or source of the code that trains it trains again; a corrupt cached copy
 is reported and trained again, never used.
+
+The cached copy is the folder ``book-model-<key>`` in :func:`tinygpt.cache.folder`, a checkpoint
+(``tinygpt.checkpoint``: every file checked against the checksums of a checksummed manifest when
+it is loaded). It is saved into a temporary folder beside it and renamed into place, so it is
+there whole or not at all. A lock file beside it (``.book-model-<key>.lock``) makes a second
+process that asks for the same model wait for the first one and load what it stored. Where the
+cache cannot be written, the model is trained and returned, with a warning.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import re
 import secrets
 import shutil
+import sys
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +35,8 @@ import torch
 
 from tinygpt import cache, data
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
-from tinygpt.ckptio import CheckpointError
+from tinygpt.checks import check_bool, check_float, check_instance, check_int
+from tinygpt.ckptio import CheckpointError, fsync_dir
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.sample import generate
@@ -36,9 +48,9 @@ from tinygpt.train import Record, train
 @dataclass(frozen=True)
 class Recipe:
     """Everything that decides the book's model: the model, its training, the corpus, and the
-    samples taken on the way (at the steps ``sample_at`` and the last one: ``sample_chars``
-    characters after ``prompt`` at ``temperature``, from a generator seeded with
-    ``sample_seed``)."""
+    samples taken on the way (at the steps ``sample_at`` -- 0 is the untrained model -- and the
+    last one: ``sample_chars`` characters after ``prompt`` at ``temperature``, from a generator
+    seeded with ``sample_seed``). Checked when created."""
 
     model: GPTConfig
     train: TrainConfig
@@ -48,6 +60,20 @@ class Recipe:
     sample_chars: int = 400
     temperature: float = 0.8
     sample_seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_instance(self.model, GPTConfig, "recipe.model")
+        check_instance(self.train, TrainConfig, "recipe.train")
+        check_instance(self.corpus, str, "recipe.corpus")
+        check_instance(self.sample_at, tuple, "recipe.sample_at")
+        for step in self.sample_at:
+            check_int(step, "each step of recipe.sample_at", 0, self.train.max_iters)
+        check_instance(self.prompt, str, "recipe.prompt")
+        if not self.prompt:
+            raise ValueError("recipe.prompt must hold at least one character")
+        check_int(self.sample_chars, "recipe.sample_chars")
+        check_float(self.temperature, "recipe.temperature", 0, low_open=True)
+        check_int(self.sample_seed, "recipe.sample_seed", 0)
 
 
 BOOK_RECIPE = Recipe(
@@ -65,7 +91,8 @@ class BookModel:
     ``history``: one record per step (as ``train`` returns it); ``samples``: step -> the text
     written at that step; ``val_loss``: the mean loss over the whole validation split (see
     :func:`tinygpt.scoring.score`); ``train_s``: seconds the training took on the machine that
-    trained it (``machine``); ``trained_now``: trained by this call rather than loaded.
+    trained it (``machine``); ``trained_now``: trained by this call rather than loaded;
+    ``path``: the cached copy (absent if the cache could not be written).
     """
 
     model: GPT
@@ -94,20 +121,65 @@ def _recipe_json(recipe: Recipe) -> dict[str, Any]:
 
 
 def book_model(recipe: Recipe = BOOK_RECIPE, *, progress: bool = True) -> BookModel:
-    """The book's model, trained by ``recipe``: loaded from the cache, or trained and cached."""
+    """The book's model, trained by ``recipe``: loaded from the cache, or trained and cached.
+
+    ``progress``: show training's progress bar and log. A corrupt cached copy is reported (a
+    warning) and replaced by a freshly trained model; a cache that cannot be written is reported
+    and the model trained is returned all the same.
+    """
     if not isinstance(recipe, Recipe):
         raise TypeError(f"recipe must be a tinygpt.bookmodel.Recipe, got {type(recipe).__name__}")
+    check_bool(progress, "progress")
     key = cache.key("bookmodel", _recipe_json(recipe))
     path = cache.folder() / f"book-model-{key[:20]}"
-    if path.exists():
-        try:
-            return _load(path, recipe)
-        except CheckpointError as err:
-            warnings.warn(f"the cached book model is corrupt ({err}); training it again",
-                          stacklevel=2)
-    result = _train(recipe, path, progress)
-    _store(result, path)
-    return result
+    with _lock(path, progress) as locked:
+        if path.exists() or path.is_symlink():
+            try:
+                return _load(path, recipe)
+            except CheckpointError as err:
+                warnings.warn(f"the cached book model is corrupt ({err}); training it again",
+                              stacklevel=2)
+        result = _train(recipe, path, progress)
+        _store(result, path, clean=locked)
+        return result
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file of the cached copy ``path``."""
+    return path.with_name(f".{path.name}.lock")
+
+
+@contextlib.contextmanager
+def _lock(path: Path, progress: bool) -> Iterator[bool]:
+    """Hold the lock of ``path`` (``flock``) while it is read, or trained and stored; yields
+    whether it is held. Where it cannot be (an unwritable cache, no ``flock``), go on without."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        fcntl = None  # type: ignore[assignment]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # the cache cannot be written: _store will say so
+        fd = None
+    if fd is None:
+        yield False
+        return
+    try:
+        held = fcntl is not None
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if progress:
+                    print(f"another process is making the book model {path.name}: waiting for "
+                          "it", file=sys.stderr)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # a file system without locks
+                held = False
+        yield held
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _load(path: Path, recipe: Recipe) -> BookModel:
@@ -123,6 +195,9 @@ def _load(path: Path, recipe: Recipe) -> BookModel:
             str(last["machine"])
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{path}: incomplete record ({err})") from None
+    if set(samples) != {*recipe.sample_at, recipe.train.max_iters}:
+        raise CheckpointError(f"{path}: holds samples at steps {sorted(samples)}, not the "
+                              "recipe's")
     return BookModel(ckpt.model, ckpt.tokenizer, recipe, ckpt.history, samples, val_loss,
                      train_s, machine, trained_now=False, path=path)
 
@@ -132,7 +207,7 @@ def _train(recipe: Recipe, path: Path, progress: bool) -> BookModel:
     if tok.vocab_size != recipe.model.vocab_size:
         raise ValueError(f"the recipe's vocab_size is {recipe.model.vocab_size}, but the corpus "
                          f"{recipe.corpus!r} has {tok.vocab_size} characters")
-    prompt = torch.tensor([tok.encode(recipe.prompt)])  # (1, T0)
+    prompt = torch.tensor([tok.encode(recipe.prompt)])  # (1, T0); an unknown character: error
 
     def write(model: GPT) -> str:  # the same seeded sample at every step it is taken
         gen = torch.Generator().manual_seed(recipe.sample_seed)
@@ -146,12 +221,13 @@ def _train(recipe: Recipe, path: Path, progress: bool) -> BookModel:
 
     torch.manual_seed(recipe.train.seed)
     model = GPT(recipe.model)
-    first_sample = write(model)  # untrained: step 0
+    first_sample = write(model) if 0 in recipe.sample_at else None  # untrained: step 0
     start = time.perf_counter()
     history = train(recipe.model, recipe.train, train_ids, val_ids, model=model,
                     progress=progress, callback=at_step)
     train_s = time.perf_counter() - start
-    history[0]["sample"] = first_sample
+    if first_sample is not None:
+        history[0]["sample"] = first_sample
     last = history[-1]
     last["whole_val_loss"] = score(model, val_ids, recipe.model.block_size)
     last["train_s"] = train_s
@@ -161,20 +237,38 @@ def _train(recipe: Recipe, path: Path, progress: bool) -> BookModel:
                      train_s, last["machine"], trained_now=True, path=path)
 
 
-def _store(result: BookModel, path: Path) -> None:
+def _remove(path: Path) -> None:
+    """Remove a folder of the cache (or a file or link in its place), as far as possible."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _store(result: BookModel, path: Path, clean: bool) -> None:
     """Save into a new folder beside ``path``, then rename it into place (replacing a corrupt
-    copy, which is first renamed away and then removed); a failure only warns."""
+    copy, which is first renamed away and then removed); a failure only warns. ``clean`` (the
+    lock is held): first remove what killed saves of ``path`` left beside it."""
+    if clean:
+        leftover = re.compile(rf"\.{re.escape(path.name)}\.(tmp|old)-[0-9a-f]{{8}}")
+        for entry in path.parent.iterdir():
+            if leftover.fullmatch(entry.name):
+                _remove(entry)
     tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
     try:
         save_checkpoint(tmp, result.model, None, result.recipe.model, result.recipe.train,
                         result.recipe.train.max_iters, tokenizer=result.tokenizer,
                         history=result.history)
-        if path.exists():
+        if path.exists() or path.is_symlink():
             old = path.with_name(f".{path.name}.old-{secrets.token_hex(4)}")
             os.replace(path, old)
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
         os.replace(tmp, path)
-    except (OSError, CheckpointError) as err:
-        shutil.rmtree(tmp, ignore_errors=True)
+        fsync_dir(path.parent)
+    except BaseException as err:  # an error or an interrupt: no temporary folder is left
+        _remove(tmp)
+        if not isinstance(err, (OSError, CheckpointError)):
+            raise
         warnings.warn(f"could not cache the book model in {path} ({err}); it will be trained "
                       "again next time", stacklevel=3)

@@ -152,23 +152,27 @@ def _download(dataset: Dataset, target: Path) -> Path:
             f"expected {dataset.sha256}; nothing was saved"
         )
     try:
-        return _write_atomically(data, target)
+        return write_atomically(data, target)
     except OSError as error:
         fallback = Path(tempfile.mkdtemp(prefix="tinygpt-")) / dataset.filename
-        _write_atomically(data, fallback)
+        write_atomically(data, fallback)
         warnings.warn(f"cannot write the cache {target.parent} ({error}); the download of "
                       f"{dataset.filename} is used from {fallback}, which is not kept for next "
                       "time: set TINYGPT_CACHE to a folder you can write", stacklevel=3)
         return fallback
 
 
-def _write_atomically(data: bytes, target: Path) -> Path:
-    """Write ``data`` to ``target`` through a temporary file in its folder, then rename."""
+def write_atomically(data: bytes, target: Path) -> Path:
+    """Write ``data`` to ``target`` through a temporary file in its folder, flushed to the disk,
+    then renamed into place: a reader sees the old file or the new one, never half of one. On an
+    error the temporary file is removed and the error raised (``OSError``)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

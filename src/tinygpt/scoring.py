@@ -10,9 +10,13 @@ token of context, the last sees ``block_size``: the way nanoGPT's training windo
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from tinygpt.checks import check_ids, check_instance, check_int
 
 
 def score(model: nn.Module, ids: Tensor, block_size: int, batch_size: int = 32) -> float:
@@ -20,11 +24,21 @@ def score(model: nn.Module, ids: Tensor, block_size: int, batch_size: int = 32) 
 
     ``model`` maps ``(B, T)`` token ids to ``(B, T, V)`` logits (or to ``(logits, loss)``, as
     ``GPT`` does); it runs in eval mode without gradients and is left in the mode it was in.
+    ``ids``: a 1-D integer tensor (or list) of at least 2 ids; for a model with a ``config``
+    (a ``GPT``), ids must be in its vocabulary and ``block_size`` at most its context length.
     """
-    ids = torch.as_tensor(ids).long().flatten()
+    check_instance(model, nn.Module, "model")
+    check_int(block_size, "block_size")
+    check_int(batch_size, "batch_size")
+    config = getattr(model, "config", None)
+    limit = getattr(config, "block_size", None)
+    if limit is not None and block_size > limit:
+        raise ValueError(f"block_size={block_size} exceeds the model's context length {limit}")
+    check_ids(ids, getattr(config, "vocab_size", None) or sys.maxsize)  # 1-D integer ids
+    if len(ids) < 2:
+        raise ValueError(f"score needs at least 2 tokens (one prediction), got {len(ids)}")
+    ids = torch.as_tensor(ids, dtype=torch.long)  # (N,)
     n = len(ids) - 1  # predictions: ids[t] -> ids[t + 1]
-    if n < 1:
-        raise ValueError(f"score needs at least 2 tokens, got {len(ids)}")
     was_training = model.training
     model.eval()
     total = 0.0
