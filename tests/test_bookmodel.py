@@ -12,6 +12,8 @@ import dataclasses
 import hashlib
 import json
 import math
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -220,20 +222,33 @@ def test_an_unwritable_cache_trains_warns_and_returns_the_model(trains, tmp_path
     assert result.trained_now and result.val_loss > 0 and blocker.read_text() == "not a folder"
 
 
-def test_a_second_process_waits_for_the_first_and_loads_its_model(trains):
-    import fcntl
+HOLDER = """
+import fcntl, sys
+lock = open(sys.argv[1], "w")
+fcntl.flock(lock, fcntl.LOCK_EX)  # as a process training the book model holds it
+print("held", flush=True)
+sys.stdin.readline()  # until told to store and let go
+"""
 
+
+def test_a_second_process_waits_for_the_first_and_loads_its_model(trains):
     first = book_model(TINY, progress=False)
     stored = first.path.with_name("stored")
     first.path.rename(stored)  # as if the first process were still training
-    got: list[bookmodel.BookModel] = []
-    with open(bookmodel.lock_path(first.path), "w") as lock:  # held as that process holds it
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(bookmodel.lock_path(first.path))],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        got: list[bookmodel.BookModel] = []
         waiting = threading.Thread(target=lambda: got.append(book_model(TINY, progress=False)))
         waiting.start()
         time.sleep(0.3)
         assert waiting.is_alive() and len(trains) == 1  # it waits rather than training
-        stored.rename(first.path)  # the first process stores its model, then lets go
+        stored.rename(first.path)  # the other process stores its model, then lets go
+        holder.communicate("\n", timeout=30)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
     waiting.join(timeout=60)
     assert got and not got[0].trained_now and len(trains) == 1
     assert same_weights(weights(got[0].model), weights(first.model))
