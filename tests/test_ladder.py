@@ -167,7 +167,7 @@ def counting(monkeypatch, name):
 
 
 def test_a_second_call_reads_the_cache(corpus, monkeypatch):
-    calls = counting(monkeypatch, "counting_loss")
+    calls = counting(monkeypatch, "_counting_loss")
     first = ladder.rung_loss("bigram")
     assert ladder.rung_loss("bigram") == first and len(calls) == 1
     fits = counting(monkeypatch, "fit")
@@ -176,7 +176,7 @@ def test_a_second_call_reads_the_cache(corpus, monkeypatch):
 
 
 def test_a_corrupt_cache_entry_is_computed_again(corpus, monkeypatch):
-    calls = counting(monkeypatch, "counting_loss")
+    calls = counting(monkeypatch, "_counting_loss")
     first = ladder.rung_loss("unigram")
     path = ladder._path("unigram")
     path.write_text(path.read_text()[:-20])  # cut short
@@ -195,7 +195,7 @@ def test_a_corrupt_cache_entry_is_computed_again(corpus, monkeypatch):
 def test_a_changed_recipe_is_computed_again(corpus, monkeypatch):
     before = ladder.rung_loss("ngram")
     monkeypatch.setitem(ladder.COUNTING, "ngram", (3, 0.01))
-    calls = counting(monkeypatch, "counting_loss")
+    calls = counting(monkeypatch, "_counting_loss")
     after = ladder.rung_loss("ngram")
     assert len(calls) == 1 and after != before
 

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,6 +35,17 @@ from tinygpt.model import GPT
 from tinygpt.ngram import NGramModel
 from tinygpt.rungs import AttentionOnly, ContextMLP, fit
 from tinygpt.scoring import score
+
+# Counting rungs: (n, add-k smoothing) of the n-gram model; n = 0 is the uniform guess.
+COUNTING = {"uniform": (0, 0.0), "unigram": (1, 0.0), "bigram": (2, 1.0), "ngram": (5, 0.01)}
+# The networks of chapters 4-6, each trained with the same budget on windows of BLOCK_SIZE.
+TRAINED = ("context_mlp", "attention_only", "one_block")
+BLOCK_SIZE = 64
+MLP_SIZES = {"context": 8, "n_embd": 24, "hidden": 256}  # ContextMLP(V, **MLP_SIZES)
+SMALL_GPT = GPTConfig(vocab_size=70, block_size=BLOCK_SIZE, n_layer=1, n_head=4, n_embd=64,
+                      bias=False)  # attention_only and one_block: the same sizes
+RUNG_TRAIN = TrainConfig(batch_size=32, max_iters=800, learning_rate=1e-2, min_lr=1e-3,
+                         warmup_iters=50)
 
 
 @dataclass(frozen=True)
@@ -54,32 +66,23 @@ RUNGS: tuple[Rung, ...] = (
          "How frequent each character is, ignoring what came before."),
     Rung("bigram", 2, "bigram",
          "One character of context: the next character counted after the one before it."),
-    Rung("ngram", 2, "5-gram",
-         "Four characters of context, counted: the best counting gets before unseen contexts win."),
-    Rung("context_mlp", 4, "MLP on 8 characters",
+    Rung("ngram", 2, f"{COUNTING['ngram'][0]}-gram",
+         f"The previous {COUNTING['ngram'][0] - 1} characters as context, counted: the best "
+         "counting gets before unseen contexts win."),
+    Rung("context_mlp", 4, f"MLP on {MLP_SIZES['context']} characters",
          "Learned embeddings: contexts that are alike share what is learned about them."),
     Rung("attention_only", 5, "attention only",
-         "A context of 64 characters, gathered by content; but nothing computes on what it "
-         "gathers."),
+         f"A context of {BLOCK_SIZE} characters, gathered by content; but nothing computes on "
+         "what it gathers."),
     Rung("one_block", 6, "one transformer block",
          "An MLP after the attention: each position computes on what it gathered."),
     Rung("gpt_init", 7, "the book's GPT, untrained",
          "The whole architecture before training: its knowledge is in the weights, not the shape."),
     Rung("book_model", 8, "the book's GPT, trained",
-         "Four blocks, a context of 128 and minutes of training: the book's model."),
+         f"A GPT of {bookmodel.BOOK_RECIPE.model.n_layer} blocks, a context of "
+         f"{bookmodel.BOOK_RECIPE.model.block_size} and minutes of training: the book's model."),
 )
 KEYS = tuple(r.key for r in RUNGS)
-
-# Counting rungs: (n, add-k smoothing) of the n-gram model; n = 0 is the uniform guess.
-COUNTING = {"uniform": (0, 0.0), "unigram": (1, 0.0), "bigram": (2, 1.0), "ngram": (5, 0.01)}
-# The networks of chapters 4-6, each trained with the same budget on windows of BLOCK_SIZE.
-TRAINED = ("context_mlp", "attention_only", "one_block")
-BLOCK_SIZE = 64
-MLP_SIZES = {"context": 8, "n_embd": 24, "hidden": 256}  # ContextMLP(V, **MLP_SIZES)
-SMALL_GPT = GPTConfig(vocab_size=70, block_size=BLOCK_SIZE, n_layer=1, n_head=4, n_embd=64,
-                      bias=False)  # attention_only and one_block: the same sizes
-RUNG_TRAIN = TrainConfig(batch_size=32, max_iters=800, learning_rate=1e-2, min_lr=1e-3,
-                         warmup_iters=50)
 
 
 @dataclass
@@ -117,7 +120,7 @@ def recipe(key: str) -> dict[str, Any]:
     return out
 
 
-def counting_loss(n: int, smoothing: float, train_ids: torch.Tensor, val_ids: torch.Tensor,
+def _counting_loss(n: int, smoothing: float, train_ids: torch.Tensor, val_ids: torch.Tensor,
                   vocab_size: int) -> float:
     """The mean loss of an add-k n-gram model fitted on ``train_ids`` over every prediction of
     ``val_ids`` (``len - 1`` of them). A prediction with fewer than ``n - 1`` characters before it
@@ -154,7 +157,7 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _path(key: str):
+def _path(key: str) -> Path:
     return cache.folder() / f"ladder-{key}-{cache.key('ladder', recipe(key))[:20]}.json"
 
 
@@ -183,7 +186,7 @@ def _compute(key: str) -> float:
     tok, train_ids, val_ids = bookmodel.book_data(bookmodel.BOOK_RECIPE.corpus)
     if key in COUNTING:
         n, k = COUNTING[key]
-        return counting_loss(n, k, train_ids, val_ids, tok.vocab_size)
+        return _counting_loss(n, k, train_ids, val_ids, tok.vocab_size)
     model_config, seed = bookmodel.BOOK_RECIPE.model, bookmodel.BOOK_RECIPE.train.seed
     with torch.random.fork_rng(devices=[]):  # gpt_init: the book's model before its first step
         torch.manual_seed(seed)
