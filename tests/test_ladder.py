@@ -85,16 +85,6 @@ def test_the_counting_rungs_equal_independent_references(corpus):
                                                       rel=1e-9), key
 
 
-def test_the_ngram_rung_scores_the_first_predictions_too(corpus):
-    tok, train, val, _ = corpus
-    n, k = ladder.COUNTING["ngram"]
-    assert n > 2  # otherwise every prediction has its n - 1 characters
-    from tinygpt.ngram import NGramModel
-
-    full_only = NGramModel(n, tok.vocab_size, k).fit(train).loss(val)  # predictions n-1 .. end
-    assert ladder.rung_loss("ngram") != pytest.approx(full_only, rel=1e-12)
-
-
 class TableModel(nn.Module):
     """A bigram model as a network: logits = log-probabilities of the row of the current token."""
 
