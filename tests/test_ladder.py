@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tinygpt import bookmodel, ladder
+from tinygpt.rungs import AttentionOnly, ContextMLP
 from tinygpt.scoring import score
 from tinygpt.tokenizer import CharTokenizer
 
@@ -246,3 +247,26 @@ def test_each_rung_is_glued_by_the_chapter_that_builds_it(rung):
     assert 0 < value < 5, f"{name} = {value} is not a loss in nats per character"
     elsewhere = [n for n, names in by_chapter.items() if name in names and n != rung.chapter]
     assert not elsewhere, f"{name} is glued in chapters {elsewhere} too"
+
+
+@pytest.mark.parametrize("make", [lambda: ContextMLP(7, context=3, n_embd=4, hidden=8),
+                                  lambda: AttentionOnly(dataclasses.replace(
+                                      ladder.SMALL_GPT, vocab_size=7, block_size=8))],
+                         ids=["context_mlp", "attention_only"])
+def test_the_rung_models_map_ids_to_logits_and_reject_bad_input(make):
+    torch.manual_seed(0)
+    model = make()
+    idx = torch.randint(7, (2, 5))
+    logits, loss = model(idx, idx)
+    assert logits.shape == (2, 5, 7)
+    assert loss.item() == pytest.approx(F.cross_entropy(logits.flatten(0, 1), idx.flatten()).item())
+    # a position's logits do not depend on the tokens after it
+    changed = idx.clone()
+    changed[:, 3:] = (changed[:, 3:] + 1) % 7
+    assert torch.allclose(model(changed)[:, :3], logits[:, :3], atol=1e-6)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(idx, idx + 7)  # targets out of range
+    with pytest.raises(ValueError, match="shape"):
+        model(idx, idx[:, :4])
+    with pytest.raises((ValueError, TypeError)):
+        model(idx.float())

@@ -32,6 +32,10 @@ def _output(logits: Tensor, targets: Tensor | None) -> Tensor | tuple[Tensor, Te
     """``logits``, or ``(logits, mean cross-entropy)`` when ``targets`` ``(B, T)`` are given."""
     if targets is None:
         return logits
+    B, T, V = logits.shape
+    check_token_ids(targets, V, name="targets")
+    if targets.shape != (B, T):
+        raise ValueError(f"targets must have the shape {(B, T)} of idx, got {tuple(targets.shape)}")
     return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
