@@ -44,7 +44,7 @@ CHAPTERS: list[tuple[int, str, str, list[str]]] = [
     (1, "01_tokens", "Text to tokens", ["data", "shakespeare", "show", "bpe", "tokenizer"]),
     (2, "02_bigram", "Bigram baseline", ["bigram", "ngram"]),
     (3, "03_autograd", "Gradients by hand", ["autograd", "backprop"]),
-    (4, "04_embeddings", "Embeddings", ["embedding", "wordvec"]),
+    (4, "04_embeddings", "Embeddings", ["embedding", "wordvec", "rungs"]),
     (5, "05_attention", "Attention", ["attention"]),
     (6, "06_block", "Transformer block", ["checks", "config", "block"]),
     (7, "07_gpt", "The GPT", ["model", "gpt2"]),

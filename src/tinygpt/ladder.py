@@ -1,0 +1,215 @@
+"""The book's loss ladder: every model the book builds, scored on the same validation text.
+
+A *rung* is one model of the book, from a uniform guess to the book's trained GPT. ``RUNGS``
+lists them in order, with the chapter that builds each and what it buys over the one before.
+``rung_loss(key)`` is a rung's loss in nats per character over *every* prediction of the
+validation split of ``bookmodel.book_data()`` (the last 10% of the complete plays): the counting
+models by exact counting, the networks by ``tinygpt.scoring.score``. Each result is cached
+(``tinygpt.cache``, keyed by the rung's recipe and the source of the code), so chapter 8 lists
+the ladder without training anything again. ``train_rung(key)`` trains a network rung by its
+fixed, seeded recipe and returns the model, so that the chapter that builds a rung shows the
+very model the ladder scores. The three small networks share one budget, ``RUNG_TRAIN``: the
+ladder shows what each architecture buys, not what more training buys.
+
+The book's model itself is trained and cached by ``tinygpt.bookmodel``; this module only reads
+its loss. Drawing the table is the chapter's job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinygpt import bookmodel, cache
+from tinygpt.config import GPTConfig, TrainConfig
+from tinygpt.model import GPT
+from tinygpt.ngram import NGramModel
+from tinygpt.rungs import AttentionOnly, ContextMLP, fit
+from tinygpt.scoring import score
+
+# Counting rungs: (n, add-k smoothing) of the n-gram model; n = 0 is the uniform guess.
+COUNTING = {"uniform": (0, 0.0), "unigram": (1, 0.0), "bigram": (2, 1.0), "ngram": (5, 0.01)}
+# The networks of chapters 4-6, each trained with the same budget on windows of BLOCK_SIZE.
+TRAINED = ("context_mlp", "attention_only", "one_block")
+BLOCK_SIZE = 64
+MLP_SIZES = {"context": 8, "n_embd": 24, "hidden": 256}  # ContextMLP(V, **MLP_SIZES)
+SMALL_GPT = GPTConfig(vocab_size=70, block_size=BLOCK_SIZE, n_layer=1, n_head=4, n_embd=64,
+                      bias=False)  # attention_only and one_block: the same sizes
+RUNG_TRAIN = TrainConfig(batch_size=32, max_iters=800, learning_rate=1e-2, min_lr=1e-3,
+                         warmup_iters=50)
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One step of the ladder: its key, the chapter that builds it, a short title, and a
+    sentence saying what the step buys."""
+
+    key: str
+    chapter: int
+    title: str
+    buys: str
+
+
+RUNGS: tuple[Rung, ...] = (
+    Rung("uniform", 2, "uniform guess",
+         "Nothing learned: every character equally likely, a loss of ln V whatever the text."),
+    Rung("unigram", 2, "unigram",
+         "How frequent each character is, ignoring what came before."),
+    Rung("bigram", 2, "bigram",
+         "One character of context: the next character counted after the one before it."),
+    Rung("ngram", 2, f"{COUNTING['ngram'][0]}-gram",
+         f"The previous {COUNTING['ngram'][0] - 1} characters as context, counted: the best "
+         "counting gets before unseen contexts win."),
+    Rung("context_mlp", 4, f"MLP on {MLP_SIZES['context']} characters",
+         "Learned embeddings: contexts that are alike share what is learned about them."),
+    Rung("attention_only", 5, "attention only",
+         f"A context of {BLOCK_SIZE} characters, gathered by content; but nothing computes on "
+         "what it gathers."),
+    Rung("one_block", 6, "one transformer block",
+         "An MLP after the attention: each position computes on what it gathered."),
+    Rung("gpt_init", 7, "the book's GPT, untrained",
+         "The whole architecture before training: its knowledge is in the weights, not the shape."),
+    Rung("book_model", 8, "the book's GPT, trained",
+         f"A GPT of {bookmodel.BOOK_RECIPE.model.n_layer} blocks, a context of "
+         f"{bookmodel.BOOK_RECIPE.model.block_size} and minutes of training: the book's model."),
+)
+KEYS = tuple(r.key for r in RUNGS)
+
+
+@dataclass
+class TrainedRung:
+    """A network rung trained by ``train_rung``: the model (in eval mode), its loss on the
+    validation split, the training loss of every step, and the seconds training took."""
+
+    key: str
+    model: nn.Module
+    loss: float
+    train_losses: list[float]
+    train_s: float
+
+
+def _check_key(key: object, among: tuple[str, ...] = KEYS) -> str:
+    if not isinstance(key, str) or key not in among:
+        raise ValueError(f"unknown rung {key!r}: choose one of {', '.join(among)}")
+    return key
+
+
+def recipe(key: str) -> dict[str, Any]:
+    """Everything that fixes rung ``key``'s loss, as JSON: the key of its cache entry."""
+    _check_key(key)
+    out: dict[str, Any] = {"rung": key, "corpus": bookmodel.BOOK_RECIPE.corpus}
+    if key in COUNTING:
+        out["n"], out["smoothing"] = COUNTING[key]
+    elif key in TRAINED:
+        out["train"], out["block_size"] = dataclasses.asdict(RUNG_TRAIN), BLOCK_SIZE
+        out["model"] = MLP_SIZES if key == "context_mlp" else dataclasses.asdict(SMALL_GPT)
+    elif key == "gpt_init":
+        out["model"] = dataclasses.asdict(bookmodel.BOOK_RECIPE.model)
+        out["seed"] = bookmodel.BOOK_RECIPE.train.seed
+    else:  # book_model: cached by tinygpt.bookmodel under its own recipe
+        out["recipe"] = dataclasses.asdict(bookmodel.BOOK_RECIPE)
+    return out
+
+
+def _counting_loss(n: int, smoothing: float, train_ids: torch.Tensor, val_ids: torch.Tensor,
+                  vocab_size: int) -> float:
+    """The mean loss of an add-k n-gram model fitted on ``train_ids`` over every prediction of
+    ``val_ids`` (``len - 1`` of them). A prediction with fewer than ``n - 1`` characters before it
+    in ``val_ids`` uses the model of the longest context it has, as a network reading the split
+    in windows does. ``n = 0`` is the uniform guess, ``ln V``."""
+    if n == 0:
+        return math.log(vocab_size)
+    if n == 1:  # no context: every token after the first
+        return NGramModel(1, vocab_size, smoothing).fit(train_ids).loss(val_ids[1:])
+    N = len(val_ids)
+    total = NGramModel(n, vocab_size, smoothing).fit(train_ids).loss(val_ids) * (N - n + 1)
+    for t in range(1, n - 1):  # target t has only t tokens before it: the (t+1)-gram model
+        short = NGramModel(t + 1, vocab_size, smoothing).fit(train_ids)
+        total += short.loss(val_ids[: t + 1])  # one prediction: val_ids[t] after val_ids[:t]
+    return total / (N - 1)
+
+
+def _build(key: str, vocab_size: int) -> nn.Module:
+    """Rung ``key``'s network, untrained, with ``vocab_size`` (the corpus's) output classes."""
+    if key == "context_mlp":
+        return ContextMLP(vocab_size, **MLP_SIZES)
+    config = dataclasses.replace(SMALL_GPT, vocab_size=vocab_size)
+    return AttentionOnly(config) if key == "attention_only" else GPT(config)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """One torch thread: small models train as fast on one, and the same on every machine load."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _path(key: str) -> Path:
+    return cache.folder() / f"ladder-{key}-{cache.key('ladder', recipe(key))[:20]}.json"
+
+
+def train_rung(key: str) -> TrainedRung:
+    """Train network rung ``key`` (``context_mlp``, ``attention_only`` or ``one_block``) by its
+    recipe: seeded by ``RUNG_TRAIN.seed``, on the book's training split, ``RUNG_TRAIN``'s budget,
+    one thread. Score it on the validation split, cache the loss, and return the model."""
+    _check_key(key, TRAINED)
+    tok, train_ids, val_ids = bookmodel.book_data(bookmodel.BOOK_RECIPE.corpus)
+    with torch.random.fork_rng(devices=[]), _one_thread():  # the caller's random state is kept
+        torch.manual_seed(RUNG_TRAIN.seed)
+        model = _build(key, tok.vocab_size)
+        start = time.perf_counter()
+        train_losses = fit(model, train_ids, BLOCK_SIZE, RUNG_TRAIN)
+        train_s = time.perf_counter() - start
+        loss = score(model.eval(), val_ids, BLOCK_SIZE)
+    cache.write_json(_path(key), {"rung": key, "loss": loss})
+    return TrainedRung(key, model, loss, train_losses, train_s)
+
+
+def _compute(key: str) -> float:
+    if key == "book_model":
+        return bookmodel.book_model().val_loss
+    if key in TRAINED:
+        return train_rung(key).loss
+    tok, train_ids, val_ids = bookmodel.book_data(bookmodel.BOOK_RECIPE.corpus)
+    if key in COUNTING:
+        n, k = COUNTING[key]
+        return _counting_loss(n, k, train_ids, val_ids, tok.vocab_size)
+    model_config, seed = bookmodel.BOOK_RECIPE.model, bookmodel.BOOK_RECIPE.train.seed
+    with torch.random.fork_rng(devices=[]):  # gpt_init: the book's model before its first step
+        torch.manual_seed(seed)
+        model = GPT(model_config)
+    return score(model, val_ids, model_config.block_size)
+
+
+def rung_loss(key: str) -> float:
+    """Rung ``key``'s loss (nats per character) over every prediction of the book's validation
+    split: from the cache, or computed (a network rung is trained) and cached."""
+    _check_key(key)
+    if key == "book_model":  # tinygpt.bookmodel caches the model and its loss
+        return _compute(key)
+    path = _path(key)
+    found = cache.read_json(path)  # None if missing or corrupt
+    if isinstance(found, dict) and found.get("rung") == key and type(found.get("loss")) is float:
+        return found["loss"]
+    loss = _compute(key)
+    if key not in TRAINED:  # train_rung has written its entry
+        cache.write_json(path, {"rung": key, "loss": loss})
+    return loss
+
+
+def ladder() -> list[tuple[Rung, float]]:
+    """Every rung in order with its loss, computing (and caching) those not cached yet."""
+    return [(rung, rung_loss(rung.key)) for rung in RUNGS]

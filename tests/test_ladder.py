@@ -1,0 +1,272 @@
+"""The loss ladder: each rung's value, where it comes from, and its cache.
+
+The rungs are computed on a small corpus put in place of the book's (``bookmodel.book_data`` is
+monkeypatched) and a cache folder of the test's own (``TINYGPT_CACHE``), so that every test is
+fast and never reads or writes the user's cache. The counting rungs are compared with references
+computed independently: a loop over the validation text, and PyTorch's cross-entropy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tinygpt import bookmodel, ladder
+from tinygpt.rungs import AttentionOnly, ContextMLP
+from tinygpt.scoring import score
+from tinygpt.tokenizer import CharTokenizer
+
+CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
+# The chapters whose notebooks glue their rungs; chapters 7 and 8 glue theirs in another branch.
+GLUED_CHAPTERS = (2, 4, 5, 6)
+
+
+def small_text() -> str:
+    """A few thousand characters with some structure (words of a small alphabet, line breaks)."""
+    gen = torch.Generator().manual_seed(0)
+    words = ["to", "be", "or", "not", "the", "king", "queen", "and", "a", "do", "be."]
+    picks = torch.randint(len(words), (900,), generator=gen).tolist()
+    return "".join(words[i] + ("\n" if j % 9 == 8 else " ") for j, i in enumerate(picks))
+
+
+@pytest.fixture
+def corpus(monkeypatch, tmp_path):
+    """The small corpus in place of the book's, and a private cache; records book_data's calls."""
+    monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path))
+    text = small_text()
+    tok = CharTokenizer.from_text(text)
+    ids = torch.tensor(tok.encode(text))
+    train_ids, val_ids = ids[: len(ids) * 9 // 10], ids[len(ids) * 9 // 10 :]
+    calls = []
+
+    def book_data(corpus: str = "shakespeare"):
+        calls.append(corpus)
+        return tok, train_ids, val_ids
+
+    monkeypatch.setattr(bookmodel, "book_data", book_data)
+    # the trained rungs: a few steps, so that the tests stay fast
+    monkeypatch.setattr(ladder, "RUNG_TRAIN", dataclasses.replace(
+        ladder.RUNG_TRAIN, max_iters=3, warmup_iters=1, batch_size=4))
+    return tok, train_ids.tolist(), val_ids.tolist(), calls
+
+
+def ngram_reference(train: list[int], val: list[int], n: int, k: float, V: int) -> float:
+    """Mean -ln P over every prediction of ``val``, by loops: target t is predicted from the up
+    to n - 1 tokens before it in ``val``, with add-k counts of the training text."""
+    total = 0.0
+    for t in range(1, len(val)):
+        context = tuple(val[max(0, t - n + 1) : t])
+        m = len(context)
+        grams = Counter(tuple(train[s : s + m + 1]) for s in range(len(train) - m))
+        seen = sum(c for g, c in grams.items() if g[:m] == context)
+        total -= math.log((grams[(*context, val[t])] + k) / (seen + k * V))
+    return total / (len(val) - 1)
+
+
+def test_the_counting_rungs_equal_independent_references(corpus):
+    tok, train, val, _ = corpus
+    V = tok.vocab_size
+    assert ladder.rung_loss("uniform") == pytest.approx(math.log(V), rel=1e-12)
+    # unigram: PyTorch's cross-entropy of the frequencies, for every token after the first
+    freq = torch.bincount(torch.tensor(train), minlength=V).double()
+    logits = (freq / freq.sum()).log().expand(len(val) - 1, V)
+    unigram = F.cross_entropy(logits, torch.tensor(val[1:])).item()
+    assert ladder.rung_loss("unigram") == pytest.approx(unigram, rel=1e-9)
+    for key in ("bigram", "ngram"):
+        n, k = ladder.COUNTING[key]
+        assert ladder.rung_loss(key) == pytest.approx(ngram_reference(train, val, n, k, V),
+                                                      rel=1e-9), key
+
+
+class TableModel(nn.Module):
+    """A bigram model as a network: logits = log-probabilities of the row of the current token."""
+
+    def __init__(self, probs: torch.Tensor) -> None:
+        super().__init__()
+        self.log_probs = probs.log()  # (V, V)
+
+    def forward(self, idx):
+        return self.log_probs[idx]  # (B, T, V)
+
+
+def test_the_bigram_rung_equals_score_of_the_same_model_as_a_network(corpus):
+    tok, train, val, _ = corpus
+    from tinygpt.bigram import bigram_counts, bigram_probs
+
+    k = ladder.COUNTING["bigram"][1]
+    probs = bigram_probs(bigram_counts(train, tok.vocab_size), smoothing=k)
+    scored = score(TableModel(probs), torch.tensor(val), block_size=16)
+    assert ladder.rung_loss("bigram") == pytest.approx(scored, rel=1e-6)
+
+
+def test_every_rung_is_scored_on_book_datas_validation_split(corpus, monkeypatch):
+    _, train, val, calls = corpus
+    scored, fitted = [], []
+    fit = ladder.fit
+
+    def recording_fit(model, train_ids, block_size, config):
+        fitted.append(train_ids)
+        return fit(model, train_ids, block_size, config)
+
+    def recording_score(model, ids, block_size, batch_size=32):
+        scored.append((type(model).__name__, ids, block_size))
+        return score(model, ids, block_size, batch_size)
+
+    monkeypatch.setattr(ladder, "score", recording_score)
+    monkeypatch.setattr(ladder, "fit", recording_fit)
+    monkeypatch.setattr(bookmodel, "book_model", lambda *a, **k: pytest.fail("not this one"))
+    losses = {key: ladder.rung_loss(key) for key in ladder.KEYS if key != "book_model"}
+    assert set(calls) == {"shakespeare"}  # the book's corpus, nothing else
+    names = {name for name, _, _ in scored}
+    assert names == {"ContextMLP", "AttentionOnly", "GPT"}
+    assert len(scored) == 4  # three trained rungs and the untrained GPT
+    for _, ids, block_size in scored:
+        assert ids.tolist() == val  # the whole validation split, not a sample
+        assert block_size in (ladder.BLOCK_SIZE, bookmodel.BOOK_RECIPE.model.block_size)
+    assert len(fitted) == 3 and all(ids.tolist() == train for ids in fitted)  # trained on train
+    assert all(math.isfinite(v) and v > 0 for v in losses.values())
+
+
+def test_the_book_model_rung_is_the_book_models_whole_split_loss(corpus, monkeypatch):
+    class Found:
+        val_loss = 1.2345
+
+    monkeypatch.setattr(bookmodel, "book_model", lambda *a, **k: Found())
+    assert ladder.rung_loss("book_model") == 1.2345
+    assert [loss for rung, loss in ladder.ladder() if rung.key == "book_model"] == [1.2345]
+
+
+def counting(monkeypatch, name):
+    """Wrap ``ladder.<name>`` so that its calls are counted."""
+    calls = []
+    original = getattr(ladder, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ladder, name, counted)
+    return calls
+
+
+def test_a_second_call_reads_the_cache(corpus, monkeypatch):
+    calls = counting(monkeypatch, "_counting_loss")
+    first = ladder.rung_loss("bigram")
+    assert ladder.rung_loss("bigram") == first and len(calls) == 1
+    fits = counting(monkeypatch, "fit")
+    trained = ladder.train_rung("one_block")
+    assert ladder.rung_loss("one_block") == trained.loss and len(fits) == 1
+
+
+def test_a_corrupt_cache_entry_is_computed_again(corpus, monkeypatch):
+    calls = counting(monkeypatch, "_counting_loss")
+    first = ladder.rung_loss("unigram")
+    path = ladder._path("unigram")
+    path.write_text(path.read_text()[:-20])  # cut short
+    with pytest.warns(UserWarning, match="corrupt"):
+        assert ladder.rung_loss("unigram") == first
+    assert len(calls) == 2
+    assert ladder.rung_loss("unigram") == first and len(calls) == 2  # rewritten whole
+    # a valid file that does not hold this rung's loss is not used either
+    from tinygpt import cache
+
+    cache.write_json(path, {"rung": "unigram", "loss": "3.0"})
+    assert ladder.rung_loss("unigram") == first and len(calls) == 3
+    assert json.loads(path.read_text())["content"]["loss"] == first
+
+
+def test_a_changed_recipe_is_computed_again(corpus, monkeypatch):
+    before = ladder.rung_loss("ngram")
+    monkeypatch.setitem(ladder.COUNTING, "ngram", (3, 0.01))
+    calls = counting(monkeypatch, "_counting_loss")
+    after = ladder.rung_loss("ngram")
+    assert len(calls) == 1 and after != before
+
+
+def test_train_rung_returns_the_model_it_scored(corpus):
+    _, _, val, _ = corpus
+    trained = ladder.train_rung("attention_only")
+    assert len(trained.train_losses) == ladder.RUNG_TRAIN.max_iters
+    assert score(trained.model, torch.tensor(val), ladder.BLOCK_SIZE) == trained.loss
+    again = ladder.train_rung("attention_only")  # seeded: the same model again
+    assert again.loss == trained.loss
+
+
+def test_train_rung_keeps_the_callers_random_state(corpus):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    ladder.train_rung("context_mlp")
+    assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("call, bad", [
+    (ladder.rung_loss, "trigram"), (ladder.rung_loss, 3), (ladder.recipe, "Bigram"),
+    (ladder.train_rung, "bigram"), (ladder.train_rung, "book_model"),
+])
+def test_unknown_keys_raise_a_clear_error(call, bad):
+    with pytest.raises(ValueError, match="unknown rung") as err:
+        call(bad)
+    assert "uniform" in str(err.value) or "context_mlp" in str(err.value)
+
+
+def test_the_rungs_are_in_the_books_order():
+    assert ladder.KEYS == ("uniform", "unigram", "bigram", "ngram", "context_mlp",
+                           "attention_only", "one_block", "gpt_init", "book_model")
+    chapters = [r.chapter for r in ladder.RUNGS]
+    assert chapters == sorted(chapters)
+    assert all(r.title and r.buys.endswith(".") for r in ladder.RUNGS)
+
+
+def glued(notebook: Path) -> dict[str, str]:
+    """The names glued in a committed notebook's outputs, with their plain-text values."""
+    out = {}
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        for output in cell.get("outputs", []):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                out[name] = output["data"].get("application/papermill.record/text/plain", "")
+    return out
+
+
+@pytest.mark.parametrize("rung", [r for r in ladder.RUNGS if r.chapter in GLUED_CHAPTERS],
+                         ids=lambda r: r.key)
+def test_each_rung_is_glued_by_the_chapter_that_builds_it(rung):
+    by_chapter = {int(nb.name[:2]): glued(nb) for nb in CHAPTERS.glob("[0-9][0-9]_*.ipynb")}
+    name = f"ladder_{rung.key}"
+    assert name in by_chapter[rung.chapter], f"chapter {rung.chapter} does not glue {name}"
+    value = float(by_chapter[rung.chapter][name])
+    assert 0 < value < 5, f"{name} = {value} is not a loss in nats per character"
+    elsewhere = [n for n, names in by_chapter.items() if name in names and n != rung.chapter]
+    assert not elsewhere, f"{name} is glued in chapters {elsewhere} too"
+
+
+@pytest.mark.parametrize("make", [lambda: ContextMLP(7, context=3, n_embd=4, hidden=8),
+                                  lambda: AttentionOnly(dataclasses.replace(
+                                      ladder.SMALL_GPT, vocab_size=7, block_size=8))],
+                         ids=["context_mlp", "attention_only"])
+def test_the_rung_models_map_ids_to_logits_and_reject_bad_input(make):
+    torch.manual_seed(0)
+    model = make()
+    idx = torch.randint(7, (2, 5))
+    logits, loss = model(idx, idx)
+    assert logits.shape == (2, 5, 7)
+    assert loss.item() == pytest.approx(F.cross_entropy(logits.flatten(0, 1), idx.flatten()).item())
+    # a position's logits do not depend on the tokens after it
+    changed = idx.clone()
+    changed[:, 3:] = (changed[:, 3:] + 1) % 7
+    assert torch.allclose(model(changed)[:, :3], logits[:, :3], atol=1e-6)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(idx, idx + 7)  # targets out of range
+    with pytest.raises(ValueError, match="shape"):
+        model(idx, idx[:, :4])
+    with pytest.raises((ValueError, TypeError)):
+        model(idx.float())
