@@ -41,18 +41,20 @@ from pathlib import Path
 
 # Chapter number, notebook stem, short title, and the modules the chapter builds, in that order.
 CHAPTERS: list[tuple[int, str, str, list[str]]] = [
-    (1, "01_tokens", "Text to tokens", ["data", "shakespeare", "show", "bpe", "tokenizer"]),
-    (2, "02_bigram", "Bigram baseline", ["bigram", "ngram"]),
+    (1, "01_tokens", "Text to tokens", ["data", "shakespeare", "show", "bpe", "tokenizer",
+                                      "cache"]),
+    (2, "02_bigram", "Bigram baseline", ["bigram", "ngram", "scoring"]),
     (3, "03_autograd", "Gradients by hand", ["autograd", "backprop"]),
     (4, "04_embeddings", "Embeddings", ["embedding", "wordvec", "rungs"]),
     (5, "05_attention", "Attention", ["attention"]),
     (6, "06_block", "Transformer block", ["checks", "config", "block"]),
     (7, "07_gpt", "The GPT", ["model", "gpt2"]),
-    (8, "08_training", "Training", ["train", "checkpoint", "ckptio", "ckptcheck", "cli",
-                                    "cli_train"]),
+    (8, "08_training", "Training", ["train", "checkpoint", "cli", "cli_train",
+                                    "bookmodel", "ladder"]),
     (9, "09_sampling", "Sampling", ["sample", "widgets", "cli_sample", "cli_options",
                                     "cli_checks"]),
-    (10, "10_scaling", "Scaling out", ["runtime", "distributed", "resume", "saving"]),
+    (10, "10_scaling", "Scaling out", ["runtime", "distributed", "resume", "saving",
+                                      "ckptio", "ckptcheck"]),
     (11, "11_micro", "GPT in pure Python", ["scalar_gpt"]),
 ]
 PACKAGE = "tinygpt"
