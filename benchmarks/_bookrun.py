@@ -113,8 +113,15 @@ def time_steps(model_config: GPTConfig, cfg: TrainConfig, train_ids, val_ids, st
                                     if "tokens_per_s" in r)  # the first step warms up
 
 
-def run_book(baseline: tuple[GPTConfig, TrainConfig], timing_steps: int, argv: list[str]) -> dict:
-    """Train the ladder of recipes, write ``RESULT`` and return it."""
+def run_book(baseline: tuple[GPTConfig, TrainConfig], timing_steps: int, argv: list[str],
+             keep: bool = False) -> dict:
+    """Train the ladder of recipes, write ``RESULT`` and return it. ``keep``: reuse the rows of
+    an earlier, interrupted run (``RESULT`` with ``"partial"``) whose settings are the same."""
+    earlier = {}
+    if keep and RESULT.exists():
+        done = json.loads(RESULT.read_text())
+        earlier = {(r["change"], json.dumps(r["settings"])): r for r in done["rows"]
+                   if r["source"] == "trained here"}
     tok, train_ids, val_ids = book_data(BOOK_RECIPE.corpus)
     load_start = os.getloadavg()
     started = time.perf_counter()
@@ -125,6 +132,11 @@ def run_book(baseline: tuple[GPTConfig, TrainConfig], timing_steps: int, argv: l
     rows = []
     for name, model_config, cfg in ladder(baseline):
         tokens_per_step = cfg.sequences_per_step * model_config.block_size
+        kept = earlier.get((name, json.dumps(describe(model_config, cfg))))
+        if kept is not None:
+            rows.append({**kept, "kept_from_an_earlier_run": True})
+            print(f"{name}: kept from the earlier run", flush=True)
+            continue
         if (model_config, cfg) == (BOOK_RECIPE.model, BOOK_RECIPE.train):
             book = book_model(progress=False)
             c = curves(book.history, tokens_per_step)
@@ -139,7 +151,8 @@ def run_book(baseline: tuple[GPTConfig, TrainConfig], timing_steps: int, argv: l
             val_loss, source = score(model, val_ids, model_config.block_size), "trained here"
         row = {"change": name, "settings": describe(model_config, cfg), "source": source,
                "tokens": tokens_per_step * cfg.max_iters, "val_loss": val_loss,
-               "time_s": c["median_ms"] * cfg.max_iters / 1000, **c}
+               "time_s": c["median_ms"] * cfg.max_iters / 1000,
+               "load_after": [round(v, 2) for v in os.getloadavg()], **c}
         rows.append(row)
         _write({"partial": True, "rows": rows})  # what is done so far survives a failure
         print(f"{name}: whole-split val loss {val_loss:.4f}, median {c['median_ms']:.1f} ms/step x "

@@ -356,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                         "speedrun.json (1 torch thread unless --threads)")
     p.add_argument("--book-timing-steps", type=int, default=60,
                    help="steps timed for the book recipe's row (its curve is book_model()'s)")
+    p.add_argument("--book-keep", action="store_true",
+                   help="with --book: keep the rows an interrupted --book run recorded")
     p.add_argument("--log", metavar="CHANGE", default=None,
                    help="append this run to benchmarks/speedrun_log.json as entry CHANGE")
     p.add_argument("--note", default="", help="a note for the log entry")
@@ -363,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.book:
         torch.set_num_threads(args.threads or 1)
-        run_book((BABY, BABY_TRAIN), args.book_timing_steps, sys.argv[1:] if argv is None else argv)
+        run_book((BABY, BABY_TRAIN), args.book_timing_steps,
+                 sys.argv[1:] if argv is None else argv, keep=args.book_keep)
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -48,8 +48,9 @@ def test_a_recipe_the_stages_cannot_reach_is_refused():
 def test_curves_time_the_steps_and_leave_the_evaluations_out():
     # the untrained model's evaluation, then 20 steps of 100 tokens at 1000 tokens/s (0.1 s
     # each), with evaluations at steps 10 and 20
-    history = [{"step": 0, "val_loss": 5.0}] + [{"step": s, "loss": float(s), "tokens_per_s": 1000.0,
-                **({"val_loss": 5.0 - s / 10} if s % 10 == 0 else {})} for s in range(1, 21)]
+    steps = [{"step": s, "loss": float(s), "tokens_per_s": 1000.0,
+              **({"val_loss": 5.0 - s / 10} if s % 10 == 0 else {})} for s in range(1, 21)]
+    history = [{"step": 0, "val_loss": 5.0}, *steps]
     c = _bookrun.curves(history, tokens_per_step=100)
     assert c["val"] == [[0, 0.0, 5.0], [10, 1.0, 4.0], [20, 2.0, 3.0]]
     assert c["train"] == [[10, 1.0, 5.5], [20, 2.0, 15.5]]  # means of steps 1-10, 11-20
