@@ -10,9 +10,13 @@ the last 10% for validation), in one run and one torch thread:
   settings (peak learning rate, its floor, warm-up, betas, weight decay), then the context, then
   the model's shape (when it differs), then the batch and the number of steps, which make it the
   book's recipe. Each intermediate recipe is trained in full; the last row is the book's model,
-  as ``book_model()`` returns it (loaded from the cache, or trained and cached), with its median
-  time per step measured in this run (``--book-timing-steps`` steps), so that every row's time
-  is a median taken under the same load.
+  as ``book_model()`` returns it (loaded from the cache, or trained and cached).
+
+A recipe's time is its median time per step times its steps. The step times are taken at the
+end, for all recipes in the same rounds (3 rounds of ``--book-timing-steps`` steps of each
+recipe in turn), so that the load of the moment falls on all of them alike; the full runs' own
+times, taken while the machine did other things, are kept as ``run_median_ms`` and
+``run_train_s``.
 
 Every row records its validation estimates (``train``'s, ``eval_iters`` batches, at the book
 recipe's ``eval_interval``) against steps and seconds of training (evaluations left out), its
@@ -103,14 +107,26 @@ def curves(history: list[dict], tokens_per_step: int) -> dict:
             "train_s": sum(step_s)}
 
 
-def time_steps(model_config: GPTConfig, cfg: TrainConfig, train_ids, val_ids, steps: int) -> float:
-    """The median milliseconds of ``steps`` training steps of this recipe (its first steps)."""
+def step_times(model_config: GPTConfig, cfg: TrainConfig, train_ids, val_ids,
+               steps: int) -> list[float]:
+    """The milliseconds of each of the first ``steps`` training steps of this recipe (the first
+    step, which warms up, left out)."""
     short = replace(cfg, max_iters=steps, lr_decay_iters=cfg.lr_decay_iters or cfg.max_iters,
                     eval_interval=10 ** 9)
     history = train(model_config, short, train_ids, val_ids, progress=False)
     tokens = cfg.sequences_per_step * model_config.block_size
-    return 1000 * statistics.median(tokens / r["tokens_per_s"] for r in history[2:]
-                                    if "tokens_per_s" in r)  # the first step warms up
+    return [1000 * tokens / r["tokens_per_s"] for r in history[2:] if "tokens_per_s" in r]
+
+
+def timed(recipes: list[tuple[GPTConfig, TrainConfig]], train_ids, val_ids, steps: int,
+          rounds: int = 3) -> list[float]:
+    """Each recipe's median milliseconds per step, from ``rounds`` rounds of ``steps`` steps of
+    every recipe in turn: the machine's load of the moment falls on all of them alike."""
+    times: list[list[float]] = [[] for _ in recipes]
+    for _ in range(rounds):
+        for i, (model_config, cfg) in enumerate(recipes):
+            times[i] += step_times(model_config, cfg, train_ids, val_ids, steps)
+    return [statistics.median(t) for t in times]
 
 
 def run_book(baseline: tuple[GPTConfig, TrainConfig], timing_steps: int, argv: list[str],
@@ -134,14 +150,16 @@ def run_book(baseline: tuple[GPTConfig, TrainConfig], timing_steps: int, argv: l
         tokens_per_step = cfg.sequences_per_step * model_config.block_size
         kept = earlier.get((name, json.dumps(describe(model_config, cfg))))
         if kept is not None:
-            rows.append({**kept, "kept_from_an_earlier_run": True})
+            kept = {**kept, "kept_from_an_earlier_run": True}
+            if "run_median_ms" not in kept:  # recorded before step times were taken in rounds
+                kept["run_median_ms"], kept["run_train_s"] = kept.pop("median_ms"), \
+                    kept.pop("train_s")
+            rows.append(kept)
             print(f"{name}: kept from the earlier run", flush=True)
             continue
         if (model_config, cfg) == (BOOK_RECIPE.model, BOOK_RECIPE.train):
             book = book_model(progress=False)
             c = curves(book.history, tokens_per_step)
-            c["recorded_train_s"], c["recorded_median_ms"] = c["train_s"], c["median_ms"]
-            c["median_ms"] = time_steps(model_config, cfg, train_ids, val_ids, timing_steps)
             val_loss, source = book.val_loss, "book_model()"
         else:
             torch.manual_seed(cfg.seed)
@@ -149,14 +167,20 @@ def run_book(baseline: tuple[GPTConfig, TrainConfig], timing_steps: int, argv: l
             history = train(model_config, cfg, train_ids, val_ids, model=model, progress=False)
             c = curves(history, tokens_per_step)
             val_loss, source = score(model, val_ids, model_config.block_size), "trained here"
+        c["run_median_ms"], c["run_train_s"] = c.pop("median_ms"), c.pop("train_s")
         row = {"change": name, "settings": describe(model_config, cfg), "source": source,
                "tokens": tokens_per_step * cfg.max_iters, "val_loss": val_loss,
-               "time_s": c["median_ms"] * cfg.max_iters / 1000,
                "load_after": [round(v, 2) for v in os.getloadavg()], **c}
         rows.append(row)
         _write({"partial": True, "rows": rows})  # what is done so far survives a failure
-        print(f"{name}: whole-split val loss {val_loss:.4f}, median {c['median_ms']:.1f} ms/step x "
-              f"{cfg.max_iters} = {row['time_s']:.1f} s ({source})", flush=True)
+        print(f"{name}: whole-split val loss {val_loss:.4f} ({source})", flush=True)
+    # the time of a step, for every recipe in the same rounds (the runs above took turns with
+    # whatever else the machine did; their own times are kept as run_median_ms, run_train_s)
+    recipes = [(m, t) for _, m, t in ladder(baseline)]
+    for row, (_, t), ms in zip(rows, recipes, timed(recipes, train_ids, val_ids, timing_steps)):
+        row["median_ms"], row["time_s"] = ms, ms * t.max_iters / 1000
+        print(f"{row['change']}: median {ms:.1f} ms/step x {t.max_iters} = {row['time_s']:.1f} s",
+              flush=True)
     result = {
         "command": "python benchmarks/speedrun.py " + " ".join(argv),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "

@@ -354,8 +354,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead of the above: the baseline and one change at a time toward the "
                         "book's recipe on the book's corpus; writes benchmarks/results/"
                         "speedrun.json (1 torch thread unless --threads)")
-    p.add_argument("--book-timing-steps", type=int, default=60,
-                   help="steps timed for the book recipe's row (its curve is book_model()'s)")
+    p.add_argument("--book-timing-steps", type=int, default=20,
+                   help="with --book: steps per recipe and round (3 rounds) of the timing (20)")
     p.add_argument("--book-keep", action="store_true",
                    help="with --book: keep the rows an interrupted --book run recorded")
     p.add_argument("--log", metavar="CHANGE", default=None,
