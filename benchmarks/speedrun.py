@@ -55,7 +55,13 @@ attention kernel, torch's fused AdamW (``configure_optimizer``), and ``keep_free
 of handing them back to the kernel, which saves about a thousand page faults per step), and
 nothing else private: the training loop is the library's.
 
+``--book`` does none of the above, but what chapter 8's speedrun page shows, on the *book's*
+corpus and split: the baby recipe as the baseline, then one change at a time toward the book's
+recipe, each with its loss curve and its loss over the whole validation split (see
+``benchmarks/_bookrun.py``); it writes ``benchmarks/results/speedrun.json``.
+
 Usage: NANOGPT_DIR=/path/to/nanoGPT TINYGPT_DATA=... python benchmarks/speedrun.py
+       python benchmarks/speedrun.py --book   (the page's figures, about 10 minutes on 1 core)
        python benchmarks/speedrun.py --skip-nanogpt --skip-hf --iters 200   (a quick check)
 """
 
@@ -77,6 +83,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _bookrun import run_book  # benchmarks/_bookrun.py: the speedrun on the book's corpus
 from _hf import hf_copy  # benchmarks/_hf.py: the same weights in GPT2LMHeadModel
 
 from tinygpt.config import GPTConfig, TrainConfig
@@ -288,7 +295,8 @@ def append_log(change: str, result: dict, note: str) -> None:
     """Add this run to ``speedrun_log.json`` (created when missing) and make it the result."""
     log = json.loads(LOG.read_text()) if LOG.exists() else {"entries": []}
     log.update(machine=machine(), torch=torch.__version__,
-               command="NANOGPT_DIR=... python " + " ".join(sys.argv))
+               command="NANOGPT_DIR=<nanoGPT checkout> python benchmarks/speedrun.py "
+                       + " ".join(sys.argv[1:]))
     log["entries"].append({
         "change": change, "time_to_target_s": result.get("time_to_target_s"),
         "val_loss": result.get("speedrun_val_loss", result.get("val_loss_at_2000")),
@@ -342,11 +350,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sr-check-from", type=int, default=None,
                    help="first step at which those checks start (default: 70%% of --sr-iters)")
     p.add_argument("--sr-threads", type=int, default=None, help="torch threads for the speedrun")
+    p.add_argument("--book", action="store_true",
+                   help="instead of the above: the baseline and one change at a time toward the "
+                        "book's recipe on the book's corpus; writes benchmarks/results/"
+                        "speedrun.json (1 torch thread unless --threads)")
+    p.add_argument("--book-timing-steps", type=int, default=20,
+                   help="with --book: steps per recipe and round (3 rounds) of the timing (20)")
+    p.add_argument("--book-keep", action="store_true",
+                   help="with --book: keep the rows an interrupted --book run recorded")
     p.add_argument("--log", metavar="CHANGE", default=None,
                    help="append this run to benchmarks/speedrun_log.json as entry CHANGE")
     p.add_argument("--note", default="", help="a note for the log entry")
     args = p.parse_args(argv)
 
+    if args.book:
+        torch.set_num_threads(args.threads or 1)
+        run_book((BABY, BABY_TRAIN), args.book_timing_steps,
+                 sys.argv[1:] if argv is None else argv, keep=args.book_keep)
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.flush_denormal:
