@@ -26,7 +26,7 @@ from tinygpt.tokenizer import CharTokenizer
 
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
 # The chapters whose notebooks glue their rungs; chapters 7 and 8 glue theirs in another branch.
-GLUED_CHAPTERS = (2, 4, 5, 6)
+GLUED_CHAPTERS = (2, 4, 5, 6, 7, 8)
 
 
 def small_text() -> str:
@@ -270,3 +270,12 @@ def test_the_rung_models_map_ids_to_logits_and_reject_bad_input(make):
         model(idx, idx[:, :4])
     with pytest.raises((ValueError, TypeError)):
         model(idx.float())
+
+
+@pytest.mark.parametrize("rung", ladder.RUNGS, ids=lambda r: r.key)
+def test_chapter_8s_ladder_shows_the_value_the_building_chapter_printed(rung):
+    """Chapter 8's table (glued ladder8_<key>) is each rung's value from its own chapter."""
+    by_chapter = {int(nb.name[:2]): glued(nb) for nb in CHAPTERS.glob("[0-9][0-9]_*.ipynb")}
+    shown = float(by_chapter[8][f"ladder8_{rung.key}"])
+    built = float(by_chapter[rung.chapter][f"ladder_{rung.key}"])
+    assert shown == pytest.approx(built, abs=1e-9), (rung.key, shown, built)
