@@ -67,8 +67,8 @@ RUNGS: tuple[Rung, ...] = (
     Rung("bigram", 2, "bigram",
          "One character of context: the next character counted after the one before it."),
     Rung("ngram", 2, f"{COUNTING['ngram'][0]}-gram",
-         f"The previous {COUNTING['ngram'][0] - 1} characters as context, counted: the best "
-         "counting gets before unseen contexts win."),
+         f"The previous {COUNTING['ngram'][0] - 1} characters as context, counted: the best n, "
+         "as longer contexts are too rare in the training text to count well."),
     Rung("context_mlp", 4, f"MLP on {MLP_SIZES['context']} characters",
          "Learned embeddings: contexts that are alike share what is learned about them."),
     Rung("attention_only", 5, "attention only",
