@@ -26,6 +26,7 @@ __all__ = [
     "GPT",
     "INIT_STD",
     "attention_parameters",
+    "init_gpt2",
     "mlp_parameters",
     "norm_parameters",
     "num_parameters",
@@ -33,6 +34,19 @@ __all__ = [
 ]
 
 INIT_STD = 0.02  # GPT-2's standard deviation for every weight matrix and embedding table
+
+
+def init_gpt2(model: nn.Module, residual_std: float) -> None:
+    """GPT-2's initialisation of every layer of ``model``: weights normal(0, 0.02), biases zero,
+    and the projections that end a residual branch (``c_proj``) normal(0, ``residual_std``)."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            std = residual_std if name.endswith("c_proj") else INIT_STD
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
 
 
 # --- counting parameters -------------------------------------------------------------------------
@@ -103,17 +117,9 @@ class GPT(nn.Module):
                 layer.checks_input = False
 
     def init_weights(self) -> None:
-        """GPT-2's initialisation: weights normal(0, 0.02), biases zero, and the projections that
-        end a residual branch at 0.02 / sqrt(2 L): the stream receives ``2 L`` such additions."""
-        residual_std = INIT_STD / math.sqrt(2 * self.config.n_layer)
-        for name, module in self.named_modules():
-            if isinstance(module, nn.Linear):
-                std = residual_std if name.endswith("c_proj") else INIT_STD
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+        """GPT-2's initialisation (``init_gpt2``), the projections that end a residual branch at
+        0.02 / sqrt(2 L): the stream receives ``2 L`` such additions, two per block."""
+        init_gpt2(self, residual_std=INIT_STD / math.sqrt(2 * self.config.n_layer))
 
     def new_caches(self, batch_size: int, *, device: torch.device | str | None = None,
                    dtype: torch.dtype | None = None) -> list[KVCache]:

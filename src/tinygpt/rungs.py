@@ -24,7 +24,7 @@ from tinygpt.block import make_norm
 from tinygpt.checks import check_instance, check_int, check_token_ids
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.embedding import Embeddings
-from tinygpt.model import INIT_STD
+from tinygpt.model import INIT_STD, init_gpt2
 from tinygpt.train import configure_optimizer, get_batch, lr_at
 
 
@@ -91,15 +91,7 @@ class AttentionOnly(nn.Module):
             "ln_f": make_norm(config),
         })
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)  # (V, C)
-        residual_std = INIT_STD / math.sqrt(config.n_layer)  # one addition per layer
-        for name, module in self.named_modules():
-            if isinstance(module, nn.Linear):
-                std = residual_std if name.endswith("c_proj") else INIT_STD
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+        init_gpt2(self, residual_std=INIT_STD / math.sqrt(config.n_layer))  # one addition per layer
         if config.tie_weights:
             self.lm_head.weight = self.transformer.embed.wte.weight
 
