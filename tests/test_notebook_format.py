@@ -34,7 +34,7 @@ def test_code_lines_fit_the_page(path):
         for line in source(cell).splitlines()
         if len(line) > PAGE_COLUMNS
     ]
-    assert not wide, f"{path.name}: lines wider than {PAGE_COLUMNS} columns:\n  " + "\n  ".join(wide)
+    assert not wide, f"{path.name}: lines over {PAGE_COLUMNS} columns:\n  " + "\n  ".join(wide)
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
