@@ -9,6 +9,7 @@ the committed notebook, formatted as MyST-NB formats it, and that the build's re
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -53,6 +54,14 @@ def test_no_chapter_uses_the_glue_role_directly(path):
     """A bare ``{glue:text}`` role would read "name:fmt" in JupyterLab, Colab and GitHub."""
     raw = [s for s in markdown_sources(path) if "{glue" in s]
     assert not raw, f"{path.name}: write <!--glue:name:fmt-->value<!--/glue--> instead"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_line_starts_with_a_glued_span(path):
+    """A line that starts with ``<!--`` opens a raw HTML block in CommonMark: JupyterLab and
+    GitHub would then show the rest of that line, roles and all, as raw text."""
+    starts = [s for s in markdown_sources(path) if re.search(r"^\s*<!--glue", s, re.MULTILINE)]
+    assert not starts, f"{path.name}: a line starts with a glued span: move it into the line"
 
 
 def test_the_build_turns_spans_into_roles():

@@ -75,3 +75,22 @@ def test_every_solution_starts_collapsed(path):
     assert len(solutions) == len(exercises), "one solution per exercise"
     open_ = [kind for kind, options in solutions if ":class: dropdown" not in options]
     assert not open_, f"{path.name}: solutions without `:class: dropdown`: {len(open_)}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_code_of_a_solution_starts_collapsed_in_jupyterlab(path):
+    """A solution whose code runs spans cells; JupyterLab cannot fold them into the solution's
+    dropdown as the web page does, so each of its code cells starts collapsed, input and output."""
+    inside, shown = False, []
+    for index, cell in enumerate(cells(path)):
+        text = source(cell)
+        if cell["cell_type"] == "markdown" and ":::{solution-start}" in text:
+            inside = True
+        elif cell["cell_type"] == "markdown" and ":::{solution-end}" in text:
+            inside = False
+        elif inside and cell["cell_type"] == "code":
+            lab = cell["metadata"].get("jupyter", {})
+            if not (lab.get("source_hidden") and lab.get("outputs_hidden")):
+                shown.append(index)
+    assert not inside, "a solution-start without its solution-end"
+    assert not shown, f"{path.name}: solution code cells not collapsed: {shown}"
