@@ -44,8 +44,8 @@ def llama_config(hf: Any) -> GPTConfig:
     }
     wrong = {k: got for k, (got, want) in unsupported.items() if got != want}
     if wrong:
-        raise ValueError(f"tinygpt cannot build this Llama: it needs {wrong} to be "
-                         f"{ {k: unsupported[k][1] for k in wrong} }")
+        raise ValueError(f"tinygpt cannot build this Llama: it has {wrong}, tinygpt builds "
+                         f"only {({k: unsupported[k][1] for k in wrong})}")
     return GPTConfig(
         vocab_size=hf.vocab_size, block_size=hf.max_position_embeddings,
         n_layer=hf.num_hidden_layers, n_head=H, n_embd=C, bias=False, norm="rmsnorm",

@@ -29,7 +29,7 @@ def ready_prefix(buffer: str, split: Callable[[str], list[str]]) -> int:
 
 
 def ready_texts(texts: Iterable[str], split: Callable[[str], list[str]],
-                min_chars: int = MIN_CHARS) -> Iterator[str]:
+                min_chars: int) -> Iterator[str]:
     """The text of ``texts`` joined, cut again into parts of about ``min_chars`` or more, each
     ending on a settled chunk boundary (the last part ends where the text does)."""
     buffer: list[str] = []
@@ -71,5 +71,5 @@ class StreamEncoding:
         return self._ids(texts, self._split)
 
     def _ids(self, texts: Iterable[str], split: Callable[[str], list[str]]) -> Iterator[int]:
-        for part in ready_texts(texts, split):
+        for part in ready_texts(texts, split, MIN_CHARS):
             yield from self.encode_ordinary(part)
