@@ -5,8 +5,9 @@ text can be encoded piece by piece as long as it is cut only where a chunk bound
 boundary whatever text follows. ``ready_prefix`` finds such a cut in a buffer: before its last
 ``HOLD`` chunks (GPT-2's and GPT-4's patterns look at most one character past a chunk, or to
 the end of a run of one kind of character, so a boundary followed by two whole chunks is
-settled). ``StreamEncoding`` gives ``BPETokenizer`` its ``encode_iterable``. Memory is bounded
-by ``MIN_CHARS``, the longest part and the longest chunk, never by the whole text. It does not
+settled), where the text before the cut, split on its own, gives the same chunks.
+``StreamEncoding`` gives ``BPETokenizer`` its ``encode_iterable``. Memory is bounded by
+``MIN_CHARS``, the longest part and the longest chunk, never by the whole text. It does not
 handle special tokens (they are plain text, as in ``encode_ordinary``) or read files.
 """
 
@@ -19,13 +20,18 @@ MIN_CHARS = 1 << 16  # characters gathered before a cut is looked for
 
 
 def ready_prefix(buffer: str, split: Callable[[str], list[str]]) -> int:
-    """The length of the longest prefix of ``buffer`` that ends on a settled chunk boundary
-    (before the last ``HOLD`` chunks; 0 if there are no more than ``HOLD``). ``split`` must
-    cover the text: its chunks joined are ``buffer``."""
+    """The length of the longest prefix of ``buffer`` that ends on a settled chunk boundary, 0 if
+    there is none: before the last ``HOLD`` chunks, and where the prefix on its own splits into
+    the same chunks (at the end of a text, whitespace splits otherwise: GPT-4's ``\\s++$``).
+    ``split`` must cover the text: its chunks joined are ``buffer``."""
     chunks = split(buffer)
-    if len(chunks) <= HOLD:
-        return 0
-    return len(buffer) - sum(len(c) for c in chunks[-HOLD:])
+    cut = len(buffer) - sum(len(c) for c in chunks[-HOLD:])
+    for i in range(len(chunks) - HOLD, 0, -1):  # the prefix is chunks[:i]
+        tail = chunks[max(0, i - HOLD):i]  # a match depends on no text before it: check these
+        if split(buffer[cut - sum(map(len, tail)):cut]) == tail:
+            return cut
+        cut -= len(chunks[i - 1])
+    return 0
 
 
 def ready_texts(texts: Iterable[str], split: Callable[[str], list[str]],
