@@ -116,6 +116,10 @@ def test_generation_with_the_cache_equals_generation_without_it_past_the_context
     config = GPTConfig(vocab_size=37, block_size=8, n_layer=2, n_head=2, n_embd=16,
                        positional="rope", qk_norm=qk_norm)
     model = GPT(config).eval()
+    with torch.no_grad():  # wider weights than at init, so that positions change the tokens
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.normal_(0.0, 0.5)
     idx = torch.randint(0, 37, (3, 5))
     cached = generate(model, idx, 30, temperature=0)
     uncached = generate(model, idx, 30, temperature=0, use_cache=False)
