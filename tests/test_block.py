@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tinygpt.attention import KVCache
 from tinygpt.block import (
     ACTIVATION_FUNCTIONS,
+    GATED,
     MLP,
     ActivationLayer,
     Block,
@@ -207,7 +208,8 @@ def test_mlp_computes_contract_act_expand(activation, hidden):
     cfg = config(activation=activation, mlp_hidden=hidden)
     mlp = MLP(cfg)
     width = 4 * cfg.n_embd if hidden is None else hidden
-    assert mlp.c_fc.weight.shape == (width, 16) and mlp.c_proj.weight.shape == (16, width)
+    fc = 2 * width if activation in GATED else width  # swiglu: c_fc makes gate and up
+    assert mlp.c_fc.weight.shape == (fc, 16) and mlp.c_proj.weight.shape == (16, width)
     x = torch.randn(3, 5, 16)
     ref = F.linear(ACTIVATION_FUNCTIONS[activation](F.linear(x, mlp.c_fc.weight, mlp.c_fc.bias)),
                    mlp.c_proj.weight, mlp.c_proj.bias)
@@ -358,7 +360,8 @@ def test_explicit_norm_path_checks_its_input_too():
 
 @pytest.mark.parametrize("name", ACTIVATIONS)
 def test_activation_kernel_equals_the_written_formula(name):
-    x = torch.linspace(-6, 6, 301, dtype=torch.float64).requires_grad_()
+    n = 302 if name in GATED else 301  # a gated unit splits its input into two halves
+    x = torch.linspace(-6, 6, n, dtype=torch.float64).requires_grad_()
     fast, slow = ActivationLayer(name), ActivationLayer(name, explicit=True)
     assert slow.fn is ACTIVATION_FUNCTIONS[name] and fast.fn is not ACTIVATION_FUNCTIONS[name]
     yf, ys = fast(x), slow(x)

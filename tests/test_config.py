@@ -36,7 +36,7 @@ def test_every_choice_is_accepted(field, choices):
     ("norm", "batchnorm"), ("norm", "LayerNorm"), ("norm", None),
     ("norm_position", "sandwich"), ("norm_position", ""),
     ("activation", "swish"), ("activation", "GELU"), ("activation", 1),
-    ("positional", "rope"), ("positional", "sinusoid"),
+    ("positional", "rotary"), ("positional", "sinusoid"),
 ])
 def test_unknown_choices_are_rejected_with_the_valid_ones(field, bad):
     error = ValueError if isinstance(bad, str) else TypeError  # a wrong type is a TypeError

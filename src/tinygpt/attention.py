@@ -2,8 +2,11 @@
 
 ``CausalSelfAttention`` is one attention layer, with an explicit path (which can return the
 attention weights) and a fused one (``F.scaled_dot_product_attention``); ``KVCache`` keeps the
-keys and values already computed; ``causal_mask`` says which keys each query may see. The
-residual connection and the norms are the block's job, positions the embeddings'.
+keys and values already computed; ``causal_mask`` says which keys each query may see, and
+``scaled_dot_product_attention`` is the formula written out for any boolean mask. A layer may
+RMS-normalise its queries and keys (``qk_norm``) and rotate them to their positions (RoPE,
+``tinygpt.rope``). The residual connection and the norms are the block's job, positions added to
+the input the embeddings'.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from torch import Tensor, nn
 
 from tinygpt.checks import check_instance, check_int
 from tinygpt.config import GPTConfig
+from tinygpt.rope import RoPE
 
 
 def causal_mask(t_query: int, t_key: int, device: torch.device | str | None = None) -> Tensor:
@@ -28,6 +32,34 @@ def causal_mask(t_query: int, t_key: int, device: torch.device | str | None = No
         raise ValueError(f"need 1 <= t_query <= t_key, got t_query={t_query}, t_key={t_key}")
     ones = torch.ones(t_query, t_key, dtype=torch.bool, device=device)
     return ones.tril(diagonal=t_key - t_query)  # (t_query, t_key)
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor,
+                                 mask: Tensor | None = None) -> Tensor:
+    """``softmax(q k^T / sqrt(d_k)) v`` for ``q`` ``(..., T_q, d_k)``, ``k`` ``(..., T_k, d_k)``,
+    ``v`` ``(..., T_k, d_v)``; ``mask`` (broadcast to ``(..., T_q, T_k)``), ``True`` where a query
+    may see a key. A query that may see no key at all gets zeros."""
+    _check_sdpa(q, k, v, mask)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T_q, T_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # hidden keys -> -inf
+    weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k), rows sum to 1
+    if mask is not None:
+        weights = weights.nan_to_num(0.0)  # a row with every key hidden: 0/0 -> 0
+    return weights @ v  # (..., T_q, d_v)
+
+
+def _check_sdpa(q: object, k: object, v: object, mask: object) -> None:
+    """A clear error unless ``q``, ``k``, ``v`` and ``mask`` have shapes that fit together."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor) or t.ndim < 2 or not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor of shape (..., T, d)")
+    shapes = [tuple(t.shape) for t in (q, k, v)]  # type: ignore[union-attr]
+    if shapes[0][-1] != shapes[1][-1] or shapes[1][-2] != shapes[2][-2]:
+        raise ValueError(f"q {shapes[0]}, k {shapes[1]} and v {shapes[2]} must share d_k (q, k) "
+                         "and T_k (k, v)")
+    if mask is not None and (not isinstance(mask, Tensor) or mask.dtype != torch.bool):
+        raise TypeError("mask must be a boolean tensor, True where a query may see a key")
 
 
 class KVCache:
@@ -89,6 +121,13 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)  # heads -> C
         self.attn_dropout = nn.Dropout(config.dropout)  # on the attention weights
         self.resid_dropout = nn.Dropout(config.dropout)  # on the output
+        self.qk_norm = config.qk_norm
+        if config.qk_norm:  # one RMSNorm over each head's d_k, shared by the heads
+            self.q_norm = nn.RMSNorm(config.head_size, eps=config.norm_eps)
+            self.k_norm = nn.RMSNorm(config.head_size, eps=config.norm_eps)
+        self.rope = None
+        if config.positional == "rope":
+            self.rope = RoPE(config.head_size, config.block_size, config.rope_theta)
 
     def forward(self, x: Tensor, *, cache: KVCache | None = None,
                 return_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
@@ -103,6 +142,11 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, H, T, d_k)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, H, T, d_k)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, H, T, d_k)
+        if self.qk_norm:  # unit RMS: the scores stay within +-sqrt(d_k) times the gains
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope is not None:  # rotate to positions past .. past+T-1, after the cached ones
+            past = 0 if cache is None else cache.length
+            q, k = self.rope(q, past), self.rope(k, past)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H, T_all, d_k): the past positions, then these
         T_all = k.shape[2]

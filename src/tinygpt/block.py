@@ -1,10 +1,11 @@
 """The transformer block and the layers only a block uses.
 
 ``LayerNorm`` and ``RMSNorm`` (each with a fused ``forward`` and an ``explicit`` formula),
-``make_norm(config)``, the activations ``relu``, ``gelu``, ``gelu_tanh`` and the module
-``ActivationLayer``, the ``MLP``, and ``Block``: attention and the MLP in residual connections,
-norms placed before (GPT-2) or after (GPT-1) each. Embeddings, the stack of blocks, the final
-norm and GPT-2's initialisation belong to the model; attention to ``tinygpt.attention``.
+``make_norm(config)``, the activations ``relu``, ``gelu``, ``gelu_tanh``, ``relu2`` and the gated
+``swiglu`` (which halves its input's width), the module ``ActivationLayer``, the ``MLP``, and
+``Block``: attention and the MLP in residual connections, norms placed before (GPT-2) or after
+(GPT-1) each. Embeddings, the stack of blocks, the final norm and GPT-2's initialisation belong to
+the model; attention to ``tinygpt.attention``.
 """
 
 from __future__ import annotations
@@ -111,12 +112,33 @@ def gelu_tanh(x: Tensor) -> Tensor:
     return 0.5 * x * (1.0 + torch.tanh(inner))
 
 
+def relu2(x: Tensor) -> Tensor:
+    """ReLU squared, ``max(x, 0)^2`` (So et al.'s Primer; modded-nanogpt's MLP)."""
+    r = relu(x)
+    return r * r
+
+
+def swiglu(x: Tensor) -> Tensor:
+    """The gated unit of Llama's MLP: ``x`` ``(..., 2F)`` is ``[gate | up]``; returns
+    ``silu(gate) * up`` ``(..., F)``, with ``silu(g) = g * sigmoid(g)``."""
+    gate, up = x.chunk(2, dim=-1)  # (..., F) each
+    return gate * torch.sigmoid(gate) * up  # (..., F)
+
+
+def _fast_swiglu(x: Tensor) -> Tensor:
+    gate, up = x.chunk(2, dim=-1)  # (..., F) each
+    return F.silu(gate) * up  # (..., F)
+
+
 # One entry per value of ``tinygpt.config.Activation``, in the order of ``ACTIVATIONS``.
 ACTIVATION_FUNCTIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
-    "gelu_tanh": gelu_tanh, "gelu": gelu, "relu": relu}  # the formulas above
+    "gelu_tanh": gelu_tanh, "gelu": gelu, "relu": relu, "swiglu": swiglu,
+    "relu2": relu2}  # the formulas above
 FAST_ACTIVATIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
     "gelu_tanh": functools.partial(F.gelu, approximate="tanh"), "gelu": F.gelu,
-    "relu": F.relu}  # torch's one-kernel versions: the same values, fewer operations
+    "relu": F.relu, "swiglu": _fast_swiglu,
+    "relu2": lambda x: F.relu(x).square()}  # torch's kernels: the same values, fewer operations
+GATED = {"swiglu"}  # activations that take 2F inputs to F outputs: c_fc makes both halves
 
 
 class ActivationLayer(nn.Module):
@@ -142,8 +164,9 @@ class MLP(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         check_instance(config, GPTConfig, "config")
-        self.c_fc = nn.Linear(config.n_embd, config.mlp_width, bias=config.bias)  # C -> 4C
-        self.act = ActivationLayer(config.activation)
+        hidden = config.mlp_width * (2 if config.activation in GATED else 1)  # gate | up
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)  # C -> 4C (or 2 x 4C)
+        self.act = ActivationLayer(config.activation)  # swiglu: (B, T, 2F) -> (B, T, F)
         self.c_proj = nn.Linear(config.mlp_width, config.n_embd, bias=config.bias)  # 4C -> C
         self.dropout = nn.Dropout(config.dropout)
 

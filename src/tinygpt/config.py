@@ -25,8 +25,9 @@ from tinygpt.checks import check_bool, check_choice, check_float, check_int, cho
 # The valid values of each string switch, the first one being GPT-2's.
 Norm = Literal["layernorm", "rmsnorm"]
 NormPosition = Literal["pre", "post"]
-Activation = Literal["gelu_tanh", "gelu", "relu"]
-Positional = Literal["learned", "sinusoidal"]
+Activation = Literal["gelu_tanh", "gelu", "relu", "swiglu", "relu2"]
+Positional = Literal["learned", "sinusoidal", "rope"]
+Optimizer = Literal["adamw", "muon"]
 Dtype = Literal["float32", "bfloat16"]
 NORMS, NORM_POSITIONS = choices(Norm), choices(NormPosition)
 ACTIVATIONS, POSITIONALS, DTYPES = choices(Activation), choices(Positional), choices(Dtype)
@@ -62,12 +63,17 @@ class GPTConfig:
         norm_position: ``"pre"`` (GPT-2: normalise each sub-layer's input) or ``"post"``
             (GPT-1 and the 2017 transformer: normalise after each residual addition).
         activation: the MLP's nonlinearity: ``"gelu_tanh"`` (GPT-2's tanh approximation of
-            GELU), ``"gelu"`` (exact GELU) or ``"relu"``.
+            GELU), ``"gelu"`` (exact GELU), ``"relu"``, ``"relu2"`` (ReLU squared) or
+            ``"swiglu"`` (Llama's gated ``silu(gate) * up``: ``c_fc`` makes both halves).
         mlp_hidden: width of the MLP's hidden layer; ``None`` means ``4 * n_embd``
             (read the resolved value from ``mlp_width``).
         norm_eps: the ``eps`` added to the variance (mean square) inside the norms, > 0.
-        positional: ``"learned"`` (GPT-2's table ``wpe``) or ``"sinusoidal"`` (the 2017 paper).
+        positional: ``"learned"`` (GPT-2's table ``wpe``), ``"sinusoidal"`` (the 2017 paper)
+            or ``"rope"`` (rotary: attention rotates queries and keys; needs an even head size).
         tie_weights: whether the output layer ``lm_head`` shares ``wte``'s weight (GPT-2 does).
+        rope_theta: RoPE's base: pair ``i`` of a head turns by ``t * rope_theta^(-2i/d_k)``.
+        qk_norm: RMS-normalise each head's queries and keys before their dot product.
+        zero_init_proj: start every ``c_proj`` (the end of each residual branch) at zero.
     """
 
     vocab_size: int = 256
@@ -84,6 +90,9 @@ class GPTConfig:
     norm_eps: float = 1e-5
     positional: Positional = "learned"
     tie_weights: bool = True
+    rope_theta: float = 10000.0
+    qk_norm: bool = False
+    zero_init_proj: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -96,11 +105,18 @@ class GPTConfig:
             )
         check_float(self.dropout, "GPTConfig.dropout", 0.0, 1.0, high_open=True)
         check_bool(self.bias, "GPTConfig.bias")
-        check_bool(self.tie_weights, "GPTConfig.tie_weights")
+        for name in ("tie_weights", "qk_norm", "zero_init_proj"):
+            check_bool(getattr(self, name), f"GPTConfig.{name}")
+        check_float(self.rope_theta, "GPTConfig.rope_theta", 1.0, math.inf, low_open=True,
+                    high_open=True)
         _check_choices(self)
         if self.mlp_hidden is not None:
             check_int(self.mlp_hidden, "GPTConfig.mlp_hidden")
         check_float(self.norm_eps, "GPTConfig.norm_eps", 0.0, 1.0, low_open=True, high_open=True)
+        if self.positional == "rope" and self.head_size % 2:
+            raise ValueError(f"GPTConfig.positional='rope' rotates pairs of dimensions, so the "
+                             f"head size n_embd / n_head must be even, got {self.n_embd} / "
+                             f"{self.n_head} = {self.head_size}")
 
     @property
     def head_size(self) -> int:
@@ -141,6 +157,8 @@ class TrainConfig:
         dtype: ``"float32"``, or ``"bfloat16"`` for mixed precision: the forward pass and the
             loss run under ``torch.autocast`` in bfloat16, while the weights, the gradients and
             AdamW stay float32 (needs a CPU or a GPU with bf16 support).
+        optimizer: ``"adamw"``, or ``"muon"``: Muon for the blocks' weight matrices, AdamW for
+            the rest, at the same learning rate (``tinygpt.muon.configure_muon``).
     """
 
     batch_size: int = 32
@@ -161,6 +179,7 @@ class TrainConfig:
     seed: int = 1337
     device: str = "cpu"
     dtype: Dtype = "float32"
+    optimizer: Optimizer = "adamw"
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_iters", "grad_accum_steps", "eval_interval",

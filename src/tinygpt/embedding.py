@@ -1,8 +1,9 @@
 """Token and positional embeddings: the first layer of a GPT, ids ``(B, T)`` to ``(B, T, C)``.
 
 ``Embeddings`` adds a token table ``wte`` and one vector per position, learned (``wpe``, GPT-2)
-or the fixed ``sinusoidal_positions`` of the 2017 transformer. It does not tokenize text, add
-dropout, or implement rotary embeddings (RoPE), which act inside attention instead.
+or the fixed ``sinusoidal_positions`` of the 2017 transformer; with ``"rope"`` it adds nothing
+(zeros), since rotary embeddings act inside attention (``tinygpt.rope``). It does not tokenize
+text or add dropout.
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ class Embeddings(nn.Module):
         if positional == "learned":
             self.wpe = nn.Embedding(block_size, n_embd)  # (T_max, C)
             nn.init.normal_(self.wpe.weight, mean=0.0, std=0.02)
-        else:
+        elif positional == "sinusoidal":
             self.register_buffer("pe", sinusoidal_positions(block_size, n_embd), persistent=False)
+        else:  # "rope": the positions enter attention, nothing is added to the tokens
+            self.register_buffer("pe", torch.zeros(block_size, n_embd), persistent=False)
 
     @classmethod
     def from_config(cls, config: object, positional: Positional = "learned") -> Embeddings:

@@ -89,7 +89,7 @@ def load_tokenizer(vocab_json: str | Path, merges_txt: str | Path) -> BPETokeniz
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 _HF_BUFFERS = (".attn.bias", ".attn.masked_bias")  # HF's masks: buffers, not weights
 _GPT2_LAYOUT = {"norm": "layernorm", "norm_position": "pre", "activation": "gelu_tanh",
-                "positional": "learned", "bias": True}
+                "positional": "learned", "bias": True, "qk_norm": False}
 
 
 def _is_conv1d(name: str) -> bool:

@@ -61,22 +61,27 @@ def attention_parameters(n_embd: int, bias: bool = True) -> int:
     return 4 * n_embd * n_embd + (4 * n_embd if bias else 0)
 
 
-def mlp_parameters(n_embd: int, hidden: int, bias: bool = True) -> int:
-    """``c_fc`` (``C x F``) + ``c_proj`` (``F x C``): ``2CF``, plus ``F + C`` biases."""
-    return 2 * n_embd * hidden + (hidden + n_embd if bias else 0)
+def mlp_parameters(n_embd: int, hidden: int, bias: bool = True, gated: bool = False) -> int:
+    """``c_fc`` (``C x F``) + ``c_proj`` (``F x C``): ``2CF``, plus ``F + C`` biases; a gated
+    MLP (SwiGLU) has ``c_fc`` ``C x 2F``: ``3CF``, plus ``2F + C`` biases."""
+    fc = hidden * (2 if gated else 1)
+    return (fc + hidden) * n_embd + (fc + n_embd if bias else 0)
 
 
 def parameter_counts(config: GPTConfig) -> dict[str, int]:
     """The parameters of ``GPT(config)`` part by part, in closed form; ``attn``, ``mlp`` and
-    ``norms`` sum over the ``L`` blocks, ``ln_f`` is 0 for post-norm, ``lm_head`` 0 when tied."""
+    ``norms`` sum over the ``L`` blocks, ``ln_f`` is 0 for post-norm, ``lm_head`` 0 when tied;
+    ``attn`` includes QK-norm's two gains of ``d_k``."""
     check_instance(config, GPTConfig, "config")
     V, C, L = config.vocab_size, config.n_embd, config.n_layer
     norm = norm_parameters(C, config.norm, config.bias)
+    qk = 2 * config.head_size if config.qk_norm else 0
+    gated = config.activation == "swiglu"
     return {
         "wte": V * C,
         "wpe": config.block_size * C if config.positional == "learned" else 0,
-        "attn": L * attention_parameters(C, config.bias),
-        "mlp": L * mlp_parameters(C, config.mlp_width, config.bias),
+        "attn": L * (attention_parameters(C, config.bias) + qk),
+        "mlp": L * mlp_parameters(C, config.mlp_width, config.bias, gated),
         "norms": L * 2 * norm,
         "ln_f": norm if config.norm_position == "pre" else 0,
         "lm_head": 0 if config.tie_weights else V * C,
@@ -118,8 +123,14 @@ class GPT(nn.Module):
 
     def init_weights(self) -> None:
         """GPT-2's initialisation (``init_gpt2``), the projections that end a residual branch at
-        0.02 / sqrt(2 L): the stream receives ``2 L`` such additions, two per block."""
+        0.02 / sqrt(2 L): the stream receives ``2 L`` such additions, two per block. With
+        ``zero_init_proj`` those projections then start at zero: every block starts as the
+        identity (the random numbers drawn are the same, so the other weights are too)."""
         init_gpt2(self, residual_std=INIT_STD / math.sqrt(2 * self.config.n_layer))
+        if self.config.zero_init_proj:
+            for name, p in self.named_parameters():
+                if name.endswith("c_proj.weight"):
+                    nn.init.zeros_(p)
 
     def new_caches(self, batch_size: int, *, device: torch.device | str | None = None,
                    dtype: torch.dtype | None = None) -> list[KVCache]:

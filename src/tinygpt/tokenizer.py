@@ -2,9 +2,8 @@
 
 :class:`CharTokenizer` gives one id per distinct character of a text; :class:`BPETokenizer` is
 byte-level byte-pair encoding as in GPT-2 and GPT-4: training, encoding with special tokens
-(tiktoken's rules), decoding, and its own JSON file. The BPE algorithms live in
-:mod:`tinygpt.bpe`, GPT-2's own files in :mod:`tinygpt.gpt2`; batching is not done here.
-"""
+(tiktoken's rules), decoding, and its own JSON file. The BPE algorithms live in :mod:`tinygpt.bpe`,
+streaming (``encode_iterable``) in :mod:`tinygpt.stream`, GPT-2's files in :mod:`tinygpt.gpt2`."""
 
 from __future__ import annotations
 
@@ -27,6 +26,7 @@ from tinygpt.bpe import (
     train_merges,
 )
 from tinygpt.checks import check_ids, check_instance, check_int, check_text
+from tinygpt.stream import StreamEncoding
 
 
 def _check_chars(chars: Sequence[str]) -> list[str]:
@@ -134,7 +134,7 @@ def _check_training(text: str, vocab_size: int, special_tokens: Iterable[str]) -
     return specials
 
 
-class BPETokenizer:
+class BPETokenizer(StreamEncoding):
     """Byte-level BPE: ``tokens[i]`` is the bytes of id ``i``: the 256 single bytes, then one
     token per merge, then the specials. A token's id is its *rank* for :func:`encode_chunk`
     (tiktoken's rule), so GPT-2's files (:mod:`tinygpt.gpt2`) encode exactly like GPT-2."""

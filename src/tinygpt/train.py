@@ -31,6 +31,7 @@ from tinygpt.distributed import (
     own_share,
 )
 from tinygpt.model import GPT
+from tinygpt.muon import configure_muon
 from tinygpt.resume import start_run
 from tinygpt.runtime import autocast, keep_freed_memory, resolve_device
 from tinygpt.saving import RunSaver, TrainingDivergedError, claimed
@@ -85,12 +86,16 @@ def lr_at(step: int, config: TrainConfig) -> float:
     return config.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - config.min_lr)
 
 
-def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     """AdamW with two groups: matrices (``dim >= 2``: weights, embeddings) get ``weight_decay``,
     vectors (biases, norm gains) get none. Shared (tied) parameters appear once.
 
     On CPU and CUDA it is torch's fused AdamW (one kernel updates every tensor; the same update,
-    equal to the per-tensor loop up to float rounding); on other devices the per-tensor loop."""
+    equal to the per-tensor loop up to float rounding); on other devices the per-tensor loop.
+    ``optimizer="muon"``: Muon for the blocks' matrices, AdamW for the rest (``configure_muon``)."""
+    if config.optimizer == "muon":
+        return configure_muon(model, config.learning_rate, config.weight_decay,
+                              (config.beta1, config.beta2))
     params = [p for p in model.parameters() if p.requires_grad]  # a tied matrix is yielded once
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]

@@ -1,0 +1,170 @@
+"""Muon, written out: momentum, then the update orthogonalised by a Newton-Schulz iteration.
+
+It handles ``newton_schulz`` (the quintic iteration that maps a matrix ``G = U S V^T`` to about
+``U V^T``, in bfloat16, with the coefficients of Keller Jordan's Muon), ``adjusted_lr`` (the two
+shape scalings ``torch.optim.Muon`` offers), ``adamw_step`` (torch's AdamW update, one tensor),
+``Muon``, an optimizer whose parameter groups each use Muon (2-D matrices) or AdamW (anything),
+``configure_muon`` (the usual split: Muon for the blocks' weight matrices, AdamW for embeddings,
+the output layer, norms and biases) and ``clip_grad_norm`` (scaling every gradient so that their
+global norm is at most a bound, as ``torch.nn.utils.clip_grad_norm_`` does). A ``Muon`` whose
+groups all use Muon, with the defaults, takes the steps of ``torch.optim.Muon``. It does not pick
+the learning rate (``tinygpt.train.lr_at``) or run the training loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor, nn
+
+from tinygpt.checks import check_float, check_instance, check_int
+
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # (a, b, c): steep at 0, as in Keller Jordan's Muon
+NS_STEPS = 5
+NS_EPS = 1e-7
+ADJUST_LR = (None, "original", "match_rms_adamw")
+
+
+def newton_schulz(G: Tensor, steps: int = NS_STEPS,
+                  coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+                  eps: float = NS_EPS) -> Tensor:
+    """About ``U V^T`` for the 2-D ``G = U S V^T``, in bfloat16: ``steps`` rounds of
+    ``X <- a X + (b A + c A^2) X`` with ``A = X X^T``, which push every singular value of ``X``
+    (scaled to norm 1 first) towards 1 (to roughly 0.7 .. 1.2: fast, not exact)."""
+    a, b, c = coefficients
+    X = G.bfloat16()  # (m, n)
+    tall = G.size(0) > G.size(1)
+    if tall:  # work on the wide side: A is then the smaller Gram matrix
+        X = X.T  # (n, m)
+    X = X / X.norm().clamp(min=eps)  # Frobenius norm 1: every singular value <= 1
+    for _ in range(steps):
+        A = X @ X.T  # (rows, rows)
+        B = torch.addmm(A, A, A, beta=b, alpha=c)  # b A + c A A, rounded once to bfloat16
+        X = torch.addmm(X, B, X, beta=a)  # a X + B X: singular values s -> a s + b s^3 + c s^5
+    return X.T if tall else X  # (m, n)
+
+
+def adjusted_lr(lr: float, shape: torch.Size, adjust_lr_fn: str | None) -> float:
+    """``torch.optim.Muon``'s scalings: ``None``/``"original"`` (Keller Jordan's)
+    ``lr * sqrt(max(1, rows / cols))``; ``"match_rms_adamw"`` (Moonshot's)
+    ``lr * 0.2 * sqrt(max(rows, cols))``, which gives the update AdamW's RMS, so that AdamW's
+    learning rate and weight decay carry over."""
+    rows, cols = shape[:2]
+    if adjust_lr_fn == "match_rms_adamw":
+        return lr * 0.2 * math.sqrt(max(rows, cols))
+    return lr * math.sqrt(max(1, rows / cols))
+
+
+def adamw_step(p: Tensor, grad: Tensor, state: dict, lr: float, betas: tuple[float, float],
+               eps: float, weight_decay: float) -> None:
+    """One AdamW update of ``p`` in place, the arithmetic of torch's single-tensor AdamW."""
+    if not state:
+        state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),
+                     exp_avg_sq=torch.zeros_like(p))
+    beta1, beta2 = betas
+    state["step"] += 1
+    step = state["step"].item()
+    p.mul_(1 - lr * weight_decay)  # decoupled weight decay
+    state["exp_avg"].lerp_(grad, 1 - beta1)  # m <- beta1 m + (1 - beta1) g
+    state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)  # v <- ... g^2
+    denom = (state["exp_avg_sq"].sqrt() / math.sqrt(1 - beta2**step)).add_(eps)
+    p.addcdiv_(state["exp_avg"], denom, value=-lr / (1 - beta1**step))
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon for the groups with ``use_muon=True`` (the default; 2-D parameters only), AdamW
+    (``betas``, ``adam_eps``) for the others; ``weight_decay`` is decoupled in both.
+
+    A Muon step: ``buf <- mu buf + (1 - mu) g``; ``u = (1 - mu) g + mu buf`` (Nesterov) or
+    ``buf``; ``p <- p (1 - lr wd) - adjusted_lr(lr) newton_schulz(u)``. The defaults are
+    ``torch.optim.Muon``'s.
+    """
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, weight_decay: float = 0.1,
+                 momentum: float = 0.95, nesterov: bool = True,
+                 ns_coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+                 eps: float = NS_EPS, ns_steps: int = NS_STEPS, adjust_lr_fn: str | None = None,
+                 use_muon: bool = True, betas: tuple[float, float] = (0.9, 0.999),
+                 adam_eps: float = 1e-8) -> None:
+        check_float(lr, "lr", 0.0)
+        check_float(weight_decay, "weight_decay", 0.0)
+        check_float(momentum, "momentum", 0.0, 1.0, high_open=True)
+        check_int(ns_steps, "ns_steps", 0, 99)
+        if adjust_lr_fn not in ADJUST_LR:
+            raise ValueError(f"adjust_lr_fn must be one of {list(ADJUST_LR)}, got "
+                             f"{adjust_lr_fn!r}")
+        defaults = {"lr": lr, "weight_decay": weight_decay, "momentum": momentum,
+                    "nesterov": nesterov, "ns_coefficients": ns_coefficients, "eps": eps,
+                    "ns_steps": ns_steps, "adjust_lr_fn": adjust_lr_fn, "use_muon": use_muon,
+                    "betas": betas, "adam_eps": adam_eps}
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if group["use_muon"] and p.ndim != 2:
+                    raise ValueError(f"Muon updates 2-D matrices only, got a parameter of shape "
+                                     f"{tuple(p.shape)}; give it a group with use_muon=False "
+                                     "(AdamW)")
+
+    @torch.no_grad()
+    def step(self, closure=None):  # torch.optim.Optimizer's signature
+        """One update of every parameter that has a gradient."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, wd = group["lr"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if not group["use_muon"]:
+                    adamw_step(p, p.grad, self.state[p], lr, tuple(group["betas"]),
+                               group["adam_eps"], wd)
+                    continue
+                self._muon_step(p, group)
+        return loss
+
+    def _muon_step(self, p: Tensor, group: dict) -> None:
+        g, state, mu = p.grad, self.state[p], group["momentum"]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(g)
+        buf = state["momentum_buffer"]
+        buf.lerp_(g, 1 - mu)  # (m, n): buf <- mu buf + (1 - mu) g
+        u = g.lerp(buf, mu) if group["nesterov"] else buf  # look one momentum step ahead
+        ortho = newton_schulz(u, group["ns_steps"], tuple(group["ns_coefficients"]), group["eps"])
+        p.mul_(1 - group["lr"] * group["weight_decay"])  # decoupled weight decay
+        p.add_(ortho, alpha=-adjusted_lr(group["lr"], p.shape, group["adjust_lr_fn"]))
+
+
+def configure_muon(model: nn.Module, lr: float, weight_decay: float,
+                   betas: tuple[float, float]) -> Muon:
+    """The usual split of a ``GPT``: Muon (``adjust_lr_fn="match_rms_adamw"``, so one learning
+    rate serves both) for the 2-D weights of the blocks (``transformer.h``), AdamW for the rest:
+    embeddings and an untied ``lm_head`` with ``weight_decay``, norms and biases without."""
+    check_instance(model, nn.Module, "model")
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]  # tied: once
+    matrices = [p for n, p in named if n.startswith("transformer.h.") and p.ndim == 2]
+    chosen = {id(p) for p in matrices}
+    rest = [p for _, p in named if id(p) not in chosen]
+    groups = [{"params": matrices, "use_muon": True},
+              {"params": [p for p in rest if p.ndim >= 2], "use_muon": False},
+              {"params": [p for p in rest if p.ndim < 2], "use_muon": False, "weight_decay": 0.0}]
+    return Muon(groups, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw",
+                betas=betas)
+
+
+def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor:
+    """Scale the gradients of ``parameters`` in place so that their global L2 norm (the norm of
+    all of them as one vector) is at most ``max_norm``; return the norm before clipping."""
+    check_float(max_norm, "max_norm", 0.0, low_open=True)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.tensor(0.0)
+    norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])  # one per tensor
+    total = torch.linalg.vector_norm(norms)  # sqrt of the sum of their squares
+    scale = (max_norm / (total + 1e-6)).clamp(max=1.0)  # 1: nothing to clip
+    for g in grads:
+        g.mul_(scale)
+    return total

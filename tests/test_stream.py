@@ -1,0 +1,101 @@
+"""Tests for BPETokenizer.encode_iterable (tinygpt.stream): the ids of the joined text, however it
+is cut into parts; lazy; and memory that does not grow with the length of the stream."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import tracemalloc
+
+import pytest
+
+import tinygpt.stream as stream
+from tinygpt.tokenizer import BPETokenizer
+
+TRAINING = ("First Citizen: Before we proceed any further, hear me speak.\n\nAll: Speak, speak.\n"
+            "It's 2024 and we've 1234567 reasons   to    go!?\r\n  \n\t") * 20
+PIECES = ["a", "b", " ", "  ", "\n", "\r\n", "1", "23", "4567", "'s", "'", "!", "?!", " .", "\t",
+          "é", "日本", " x", "Hello", "\n\n", "   \n", "ll", "LL", "ve", " 're"]
+
+
+@pytest.fixture(scope="module", params=["gpt2", "gpt4"])
+def tokenizer(request) -> BPETokenizer:
+    return BPETokenizer.train(TRAINING, 300, pattern=request.param)
+
+
+def random_parts(rng: random.Random) -> tuple[str, list[str]]:
+    text = "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 60)))
+    cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 12))))
+    return text, [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+
+
+def test_encode_iterable_equals_encode_however_the_text_is_cut(tokenizer, monkeypatch):
+    monkeypatch.setattr(stream, "MIN_CHARS", 1)  # look for a cut after every part
+    rng = random.Random(0)
+    naive_differs = 0
+    for _ in range(400):
+        text, parts = random_parts(rng)
+        assert list(tokenizer.encode_iterable(parts)) == tokenizer.encode(text)
+        naive = [i for part in parts for i in tokenizer.encode_ordinary(part)]
+        naive_differs += naive != tokenizer.encode(text)
+    assert naive_differs > 50  # encoding each part on its own would be wrong: the cuts matter
+
+
+def test_encode_iterable_of_a_files_lines_equals_encode_of_the_file(tokenizer, tmp_path):
+    path = tmp_path / "text.txt"
+    text = TRAINING * 80  # longer than MIN_CHARS: several cuts at the default
+    path.write_text(text, encoding="utf-8", newline="")
+    assert len(text) > 2 * stream.MIN_CHARS
+    with open(path, encoding="utf-8", newline="") as f:
+        assert list(tokenizer.encode_iterable(f)) == tokenizer.encode(text)
+
+
+def test_encode_iterable_is_lazy(tokenizer, monkeypatch):
+    monkeypatch.setattr(stream, "MIN_CHARS", 100)
+    consumed = []
+
+    def lines():
+        for i in itertools.count():
+            consumed.append(i)
+            yield "to be or not to be, that is the question\n"
+
+    ids = tokenizer.encode_iterable(lines())  # an endless stream
+    first = list(itertools.islice(ids, 20))
+    assert first == tokenizer.encode("to be or not to be, that is the question\n" * 3)[:20]
+    assert len(consumed) < 10
+
+
+def test_bad_input_is_a_clear_error(tokenizer):
+    with pytest.raises(TypeError, match="not one string"):
+        tokenizer.encode_iterable("some text")
+    with pytest.raises(TypeError, match="at item 1"):
+        list(tokenizer.encode_iterable(["ok", b"bytes"]))
+    whole = BPETokenizer.train(TRAINING, 260, pattern=None)
+    with pytest.raises(ValueError, match="pattern None"):
+        whole.encode_iterable(["a"])
+
+
+def test_memory_does_not_grow_with_the_stream():
+    """tracemalloc's peak while encoding a 10 MB stream stays that of a 1 MB one: the text is
+    never held whole (nor the ids: they are counted as they come)."""
+    tokenizer = BPETokenizer.train(TRAINING, 300, pattern="gpt2")
+    words = sorted(set(TRAINING.split()))
+
+    def lines(n_chars: int):
+        rng, size = random.Random(0), 0
+        while size < n_chars:
+            line = " ".join(rng.choice(words) for _ in range(12)) + "\n"
+            size += len(line)
+            yield line
+
+    peaks = {}
+    for mb in (1, 10):
+        tracemalloc.start()
+        try:
+            n = sum(1 for _ in tokenizer.encode_iterable(lines(mb << 20)))
+            peaks[mb] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert n > (mb << 20) // 10  # the whole stream was encoded
+    assert peaks[10] < 1.5 * peaks[1], peaks
+    assert peaks[10] < (10 << 20) // 4, peaks  # far less than the text itself
