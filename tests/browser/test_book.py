@@ -145,6 +145,13 @@ UNLOADED_IMAGES = """async () => {
 }"""
 
 
+# Code cells that do not fit the width the theme gives them (a horizontal scroll bar): their
+# first line, for the message. Hidden cells (the collapsed set-up cell) have no width to check.
+WIDE_CODE = """() => Array.from(document.querySelectorAll('div.cell_input pre'))
+    .filter(pre => pre.clientWidth > 0 && pre.scrollWidth > pre.clientWidth + 1)
+    .map(pre => pre.textContent.split('\\n')[0].slice(0, 60))"""
+
+
 @pytest.fixture
 def context(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="light")
@@ -172,6 +179,7 @@ def test_page(name: str, site: str, context) -> None:
         text = match.string[max(0, match.start() - 40) : match.end() + 40]
         problems.append(f"TeX left in the text: {' '.join(text.split())!r}")
     problems += [f"image not loaded: {src}" for src in page.evaluate(UNLOADED_IMAGES)]
+    problems += [f"code cell wider than the page: {line!r}" for line in page.evaluate(WIDE_CODE)]
     hrefs = page.eval_on_selector_all("a[href]", "links => links.map(a => a.href)")
     problems += [f"broken link: {text}" for text in broken_links(hrefs, site)]
 
@@ -183,6 +191,23 @@ def test_page(name: str, site: str, context) -> None:
     problems += log.problems()
     problems = list(dict.fromkeys(problems))
     assert not problems, f"{name}.html:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("width", [1024, 1920])
+def test_code_cells_fit_other_screen_widths(width: int, site: str, browser) -> None:
+    """88 columns of code fit a code cell at every laptop or desktop width (book/_static/book.css
+    sizes the font to the cell; test_page checks the default 1280 pixels)."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        wide = {}
+        for name in (p for p in PAGES if p.startswith("chapters/")):
+            page.goto(f"{site}/{name}.html", wait_until="load")
+            if found := page.evaluate(WIDE_CODE):
+                wide[name] = found
+        assert not wide, f"code cells wider than the page at {width} px: {wide}"
+    finally:
+        context.close()
 
 
 def test_every_chapter_is_in_the_toc() -> None:
