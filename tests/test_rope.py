@@ -20,9 +20,21 @@ ROPE = GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=2, n_embd=16, p
 
 
 def rotated(x: torch.Tensor, t: int, d: int, base: float = 10000.0) -> torch.Tensor:
-    """``x`` ``(d,)`` rotated to position ``t`` in the halves layout."""
-    angles = rope_angles(t + 1, d, base)[t:t + 1].double()  # (1, d/2)
+    """``x`` ``(d,)`` rotated to position ``t`` in the halves layout, with the angles computed in
+    float64 (rope_angles computes them in float32, as Hugging Face does: at t ~ 100 that alone
+    moves a score by ~1e-5, which would hide the property tested below)."""
+    inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = (t * inv_freq)[None]  # (1, d/2)
     return rotate_halves(x[None].double(), angles.cos(), angles.sin())[0]
+
+
+def test_rope_angles_are_the_formula_in_float32():
+    d, base = 8, 10000.0
+    ref = torch.outer(torch.arange(64, dtype=torch.float64),
+                      1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    angles = rope_angles(64, d, base)
+    assert angles.dtype == torch.float32 and angles.shape == (64, d // 2)
+    torch.testing.assert_close(angles.double(), ref, rtol=1e-6, atol=1e-6)
 
 
 @settings(max_examples=40, deadline=None)
@@ -33,7 +45,7 @@ def test_a_score_depends_only_on_the_distance_between_query_and_key(i, j, shift,
     q, k = torch.randn(2, 8, generator=g, dtype=torch.float64)
     score = rotated(q, i, 8) @ rotated(k, j, 8)
     moved = rotated(q, i + shift, 8) @ rotated(k, j + shift, 8)  # the same distance i - j
-    assert math.isclose(score, moved, rel_tol=1e-6, abs_tol=1e-6)
+    assert math.isclose(score, moved, rel_tol=1e-9, abs_tol=1e-9)
 
 
 def test_the_score_does_change_with_the_distance():
