@@ -94,3 +94,28 @@ def test_code_of_a_solution_starts_collapsed_in_jupyterlab(path):
                 shown.append(index)
     assert not inside, "a solution-start without its solution-end"
     assert not shown, f"{path.name}: solution code cells not collapsed: {shown}"
+
+
+markdown_it = pytest.importorskip("markdown_it")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_plain_markdown_renderers_show_readable_text(path):
+    """Where no MyST renderer runs (Colab, GitHub's notebook view), a chapter is read through a
+    plain CommonMark renderer. Rendered by one (markdown-it-py, HTML allowed as those sites do):
+    no exercise or solution is a code block, and every glued number is in the text, not in a
+    comment or a raw HTML block."""
+    md = markdown_it.MarkdownIt("commonmark", {"html": True})
+    problems = []
+    for index, cell in enumerate(cells(path)):
+        if cell["cell_type"] != "markdown":
+            continue
+        text = source(cell)
+        html = md.render(text)
+        for kind in re.findall(r'<pre><code class="language-\{([\w-]+)\}', html):
+            problems.append(f"cell {index}: a {kind} directive rendered as a code block")
+        visible = re.sub(r"<!--.*?-->", "", html, flags=re.DOTALL)
+        for match in re.finditer(r"<!--glue:[^>]*-->(.*?)<!--/glue-->", text):
+            if match.group(1) not in visible:
+                problems.append(f"cell {index}: glued value {match.group(1)!r} not shown")
+    assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
