@@ -95,6 +95,10 @@ def test_chapter_runs_in_jupyterlab(lab: Lab, browser) -> None:
 
         # The committed notebook has its outputs and execution counts: clear them first, so
         # that every count and output checked below comes from this run.
+        # The set-up cell and a solution's code start collapsed: show them, so that every cell's
+        # prompt (its execution count) is on the page.
+        menu(page, "View", "Expand All Code")
+        menu(page, "View", "Expand All Outputs")
         menu(page, "Edit", "Clear Outputs of All Cells")
         page.wait_for_function(
             "() => Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt'))"
