@@ -5,7 +5,8 @@
 #   make test    set up, then lint (ruff), run the unit tests, the chapters (nbval), the book
 #                build and the browser tests
 #   make test-browser  test the built book in Chromium, and a chapter in JupyterLab
-#   make lab     open the chapters in JupyterLab
+#   make lab     open the chapters in JupyterLab (MyST rendered by jupyterlab-myst)
+#   make format  format the chapters' code to 88 columns and refresh their glued numbers
 #   make bench   run the benchmarks in benchmarks/
 #   make clean   remove build outputs and caches (keeps .venv and MathJax)
 #
@@ -51,7 +52,7 @@ BOOK_EXECUTE ?= $(if $(CI_ON),force,cache)
 # JupyterLab refuses to start as root unless told to.
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help setup book test test-browser lab bench clean distclean
+.PHONY: help setup book test test-browser lab bench format clean distclean
 
 help:
 	@echo "Build a GPT from scratch"
@@ -61,6 +62,7 @@ help:
 	@echo "                  then run the browser tests"
 	@echo "  make test-browser  check the built book in Chromium and a chapter in JupyterLab"
 	@echo "  make lab        open the chapters in JupyterLab"
+	@echo "  make format     format the chapters' code cells and refresh their glued numbers"
 	@echo "  make bench      run the benchmarks in benchmarks/"
 	@echo "  make clean      remove _build and caches"
 	@echo "  make distclean  also remove .venv and the local MathJax"
@@ -121,7 +123,7 @@ timed = echo "=== $(1)"; t0=$$(date +%s); $(2); echo "=== $(1): done in $$(( $$(
 # pytest's exit status 5 ("no tests collected") fails the target like any other failure.
 # tests/browser/ is not a unit test: it needs the built book and Chromium (test-browser).
 test: setup
-	@$(call timed,lint: ruff check .,$(BIN)/ruff check .)
+	@$(call timed,lint: ruff check . and ruff format --check chapters/,$(BIN)/ruff check . && $(BIN)/ruff format --check chapters/)
 	@$(call timed,unit tests: pytest tests/,$(BIN)/python -m pytest tests/ --ignore=tests/browser)
 	@$(call timed,chapters: pytest --nbval-lax chapters/,$(BIN)/python -m pytest --nbval-lax chapters/)
 	@$(call timed,book: jupyter-book build (BOOK_EXECUTE=$(BOOK_EXECUTE)),$(MAKE) book)
@@ -134,8 +136,16 @@ test-browser: setup
 	@[[ -f _build/html/index.html ]] || $(MAKE) book
 	$(BIN)/python -m pytest tests/browser
 
+# JupyterLab with jupyterlab-myst (the `book` extra), so that the chapters' MyST renders.
 lab: setup
 	$(BIN)/jupyter lab chapters/ $(LAB_FLAGS)
+
+# Formats the chapters' code cells to 88 characters a line (chapters/ruff.toml), and rewrites
+# the glued numbers in their prose from their outputs (book/_ext/book_glue.py). Run it after
+# editing or executing a chapter; `make test` fails while either is out of date.
+format: $(STAMP)
+	$(BIN)/ruff format chapters/
+	$(BIN)/python book/_ext/book_glue.py chapters/*.ipynb
 
 bench: $(STAMP)
 	@shopt -s nullglob; \

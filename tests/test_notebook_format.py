@@ -1,0 +1,77 @@
+"""How the chapters' notebooks are written so that they read well on the web, in JupyterLab,
+on Colab and on GitHub (issue #23): code that fits the page, a collapsed set-up cell, and
+MyST directives that degrade to readable text where no MyST renderer runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+# The widest code line that fits a code cell on the book's page without a scroll bar
+# (book/_static/book.css sizes the font for it; tests/browser/test_book.py measures it).
+PAGE_COLUMNS = 88
+
+
+def cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_code_lines_fit_the_page(path):
+    wide = [
+        f"cell {index}: {len(line)} columns: {line.strip()[:60]}"
+        for index, cell in enumerate(cells(path))
+        if cell["cell_type"] == "code"
+        for line in source(cell).splitlines()
+        if len(line) > PAGE_COLUMNS
+    ]
+    assert not wide, f"{path.name}: lines over {PAGE_COLUMNS} columns:\n  " + "\n  ".join(wide)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_setup_cell_is_collapsed_with_a_visible_note(path):
+    setup = cells(path)[1]
+    assert setup["cell_type"] == "code" and source(setup).startswith("# Set-up")
+    meta = setup["metadata"]
+    assert "hide-input" in meta.get("tags", []), "hidden on the web page (a toggle shows it)"
+    assert meta.get("jupyter", {}).get("source_hidden") is True, "collapsed in JupyterLab"
+    note = meta.get("mystnb", {}).get("code_prompt_show", "")
+    assert "installs tinygpt" in note, "the web page's toggle says what the cell does"
+    # JupyterLab shows a collapsed cell's first line: it says what the cell does.
+    assert "install tinygpt" in source(setup).splitlines()[0]
+
+
+BACKTICK_DIRECTIVE = re.compile(r"^\s*`{3,}\{[\w-]+\}", re.MULTILINE)
+SOLUTION = re.compile(r"^:::\{(solution|solution-start)\}[^\n]*\n((?::[\w-]+:.*\n)*)", re.MULTILINE)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_directives_use_colon_fences(path):
+    """A ```{exercise} fence is a code block on Colab and GitHub (its math raw, its text in
+    monospace); a :::{exercise} fence leaves the body as Markdown they render."""
+    found = [
+        f"cell {index}: {match.group(0).strip()}"
+        for index, cell in enumerate(cells(path))
+        if cell["cell_type"] == "markdown"
+        for match in BACKTICK_DIRECTIVE.finditer(source(cell))
+    ]
+    assert not found, f"{path.name}: use ::: fences for directives:\n  " + "\n  ".join(found)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_solution_starts_collapsed(path):
+    markdown = "\n".join(source(c) for c in cells(path) if c["cell_type"] == "markdown")
+    solutions = SOLUTION.findall(markdown)
+    exercises = re.findall(r"^:::\{exercise\}", markdown, re.MULTILINE)
+    assert len(solutions) == len(exercises), "one solution per exercise"
+    open_ = [kind for kind, options in solutions if ":class: dropdown" not in options]
+    assert not open_, f"{path.name}: solutions without `:class: dropdown`: {len(open_)}"
