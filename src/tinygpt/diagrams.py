@@ -4,7 +4,8 @@
 draws characters -> UTF-8 bytes -> tokens; ``embedding_sum`` the token and position lookups summed
 into the residual stream. ``shape_of`` and ``hooked_shapes`` serve every figure module: a shape
 with its letters, and the shapes a real forward pass produces. Every shape shown is read from a
-tensor that a real module produced, so a diagram changes with the ``GPTConfig`` it is given. Each returns a ``tinygpt.drawing.Diagram``.
+tensor that a real module produced, so a diagram changes with the ``GPTConfig`` it is given.
+Each returns a ``tinygpt.drawing.Diagram``.
 
 It does not train anything and draws no plots of data; the later chapters' diagrams are in
 ``tinygpt.diagrams_attention`` (chapter 5) and ``tinygpt.diagrams_gpt`` (chapters 6 to 10).
@@ -86,7 +87,7 @@ def bpe_tree(tokenizer: BPETokenizer, word: str) -> Diagram:
             xs[n] = sum(xs[k] for k in nodes[n][1]) / len(nodes[n][1])
     canvas = Canvas(max(4.0, 0.7 + len(leaves) * step_x), 0.9 + (top + 1) * step_y)
     y_of = {n: 0.5 + (top - nodes[n][2]) * step_y for n in nodes}
-    y_of.update({r: 0.5 for r in roots})  # the word's tokens on the top row
+    y_of.update(dict.fromkeys(roots, 0.5))  # the word's tokens on the top row
     for n, (token, kids, _) in nodes.items():
         for k in kids:
             canvas.arrow((xs[k], y_of[k] - 0.25), (xs[n], y_of[n] + 0.25))

@@ -10,8 +10,8 @@ so every text is dark ink on a light, opaque fill -- a box, or a small "sticker"
 label -- and lines are a mid grey that reads on white and on the dark theme's near-black.
 ``contrast`` is WCAG's contrast ratio, which the tests apply to these colours.
 
-It does not lay out graphs: the figures (``tinygpt.diagrams``, ``tinygpt.diagrams_gpt``) give
-every coordinate. Nothing here reads a model; the figures do.
+It does not lay out graphs: the figures (``tinygpt.diagrams``, ``diagrams_attention`` and
+``diagrams_gpt``) give every coordinate. Nothing here reads a model; the figures do.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import html
 import io
 import re
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from tinygpt.checks import check_instance
@@ -149,7 +150,7 @@ class Canvas:
     def polyline(self, points: list[tuple[float, float]], *, head: bool = True,
                  colour: str = LINE, width: float = 1.4, gid: str | None = None) -> None:
         """Straight segments through ``points``, an arrow head at the last one."""
-        for a, b in zip(points[:-2], points[1:-1]):
+        for a, b in pairwise(points[:-1]):
             self.arrow(a, b, head=False, colour=colour, width=width)
         self.arrow(points[-2], points[-1], head=head, colour=colour, width=width, gid=gid)
 
