@@ -192,11 +192,19 @@ def test_data_parallel_buckets_hold_every_gradient():
     model = GPT(SMALL)
     buckets = diagrams_gpt.gradient_buckets(model, cap_mb=0.01)
     assert sum(buckets) == sum(p.numel() * p.element_size() for p in model.parameters())
-    # reference: DDP's rule, parameters in reverse order, a bucket closes once it holds the cap
-    expected, size = [], 0
-    for p in reversed(list(model.parameters())):
-        size += p.numel() * p.element_size()
-        if size >= int(0.01 * 1024 * 1024):
+    assert all(p.grad is None for p in model.parameters())  # the model is left as it was
+    # reference: DDP's rule on the order in which backward finishes the gradients, found here
+    # from the last gradient each parameter receives (a tied one receives two)
+    last, clock = {}, iter(range(10**6))
+    for p in model.parameters():
+        p.register_hook(lambda g, p=p: last.__setitem__(p, next(clock)))
+    x = torch.zeros(1, 8, dtype=torch.long)
+    model(x, x)[1].backward()
+    order = sorted(last, key=last.get)
+    expected, size, limit = [], 0, int(0.01 * 2**20)
+    for p in order:
+        size += p.nbytes
+        if size >= limit:
             expected, size = expected + [size], 0
     expected += [size] if size else []
     assert buckets == expected and len(buckets) > 1

@@ -141,12 +141,15 @@ def text_to_tokens(tokenizer: BPETokenizer, text: str) -> Diagram:
 
 # --- chapter 4 ---------------------------------------------------------------------------------
 
-def embedding_sum(config: GPTConfig, ids: list[int]) -> Diagram:
+def embedding_sum(embeddings: Embeddings | GPTConfig, ids: list[int] | torch.Tensor) -> Diagram:
     """Token ids -> rows of ``wte`` and rows of the position table, summed into the residual
-    stream, with the shapes that ``Embeddings.from_config(config)`` produces for ``ids``."""
-    check_instance(config, GPTConfig, "config")
-    emb = Embeddings.from_config(config, config.positional)
-    idx = torch.tensor([ids])  # (1, T)
+    stream, with the shapes that ``embeddings`` (or ``Embeddings.from_config(config)``) produces
+    for ``ids`` (a list of ids, or a ``(B, T)`` tensor)."""
+    if isinstance(embeddings, GPTConfig):
+        embeddings = Embeddings.from_config(embeddings, embeddings.positional)
+    check_instance(embeddings, Embeddings, "embeddings")
+    emb = embeddings
+    idx = ids if isinstance(ids, torch.Tensor) else torch.tensor([ids])  # (B, T)
     shapes = hooked_shapes(emb, ["wte"], idx)
     T = idx.shape[1]
     pos = tuple(emb.positions(T).shape)

@@ -226,17 +226,26 @@ def lr_schedule(train: TrainConfig) -> Diagram:
     return c.finish(alt)
 
 
-def gradient_buckets(model: torch.nn.Module, cap_mb: float = DDP_BUCKET_CAP_MB) -> list[int]:
-    """Bytes of each gradient bucket, in the order ``DistributedDataParallel`` all-reduces them:
-    torch's own bucketing of the parameters in reverse order (a first bucket of at most 1 MiB,
-    DDP's default, then ``cap_mb``)."""
+def gradient_buckets(model: GPT, cap_mb: float = DDP_BUCKET_CAP_MB) -> list[int]:
+    """Bytes of each gradient bucket of ``DistributedDataParallel(model)`` from its second step
+    on: the parameters in the order one ``backward`` completes their gradients, cut by torch's
+    own bucketing function with DDP's limits (1 MiB for the first bucket, then ``cap_mb``)."""
     import torch.distributed as dist
 
-    params = [p for p in model.parameters() if p.requires_grad][::-1]
-    cap = int(cap_mb * 1024 * 1024)
+    check_instance(model, GPT, "model")
+    ready: list[torch.nn.Parameter] = []
+    handles = [p.register_post_accumulate_grad_hook(ready.append) for p in model.parameters()]
+    x = torch.zeros(1, min(8, model.config.block_size), dtype=torch.long)  # (1, T)
+    try:
+        model(x, x)[1].backward()
+    finally:
+        for h in handles:
+            h.remove()
+        model.zero_grad(set_to_none=True)
+    cap = int(cap_mb * 2**20)
     limits = [min(dist._DEFAULT_FIRST_BUCKET_BYTES, cap), cap]
-    buckets, _ = dist._compute_bucket_assignment_by_size(params, limits)
-    return [sum(params[i].numel() * params[i].element_size() for i in b) for b in buckets]
+    buckets, _ = dist._compute_bucket_assignment_by_size(ready, limits)
+    return [sum(ready[i].nbytes for i in b) for b in buckets]
 
 
 def data_parallel(config: GPTConfig, train: TrainConfig, world_size: int = 2) -> Diagram:
@@ -270,9 +279,10 @@ def data_parallel(config: GPTConfig, train: TrainConfig, world_size: int = 2) ->
               size=10, gid=f"step:{r}")
         c.arrow((x, 4.45), (x, 4.95))
     mid = 0.15 + col * world_size / 2
-    c.box(mid, 4.15, col * world_size - 0.5, 0.6, "all-reduce each bucket as soon as it is "
-          f"ready: the mean of the {world_size} processes' gradients", fill="green", size=10,
-          gid="allreduce")
+    c.box(mid, 4.15, col * world_size - 0.5, 0.6, "all-reduce each bucket as soon as its "
+          f"gradients are ready: the mean over the {world_size} processes", fill="green",
+          size=10, gid="allreduce")
+    c.text(mid, 2.55, "DDP's buckets, from the second step on", size=9)
     c.text(mid, 6.15, f"effective batch: {world_size} × {train.batch_size} = "
            f"{world_size * train.batch_size} windows per step", size=11)
     alt = (f"Data parallelism on {world_size} processes: each holds a replica of the "
