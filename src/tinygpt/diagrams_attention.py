@@ -165,7 +165,7 @@ def kv_cache_steps(config: GPTConfig, steps: int = 4) -> Diagram:
     cache = KVCache.for_config(config, 1)
     slots = min(config.block_size, steps + 3)
     cell, x0 = 0.62, 2.0
-    c = Canvas(x0 + slots * cell + 3.2, 0.95 + steps * 1.05)
+    c = Canvas(x0 + slots * cell + 3.2, 0.6 + steps * 1.05)
     c.text(x0 + slots * cell / 2, 0.25, f"cache slots: the first {slots} of "
            f"T_max = {config.block_size}", size=10)
     shapes = []
@@ -178,7 +178,7 @@ def kv_cache_steps(config: GPTConfig, steps: int = 4) -> Diagram:
         for j in range(slots):
             x = x0 + (j + 0.5) * cell
             held, new = j < cache.length, j == cache.length - 1
-            fill = "amber" if new else ("blue" if held else "white")
+            fill = "amber" if new else ("blue" if held else "none")  # none: an empty slot
             for row, name in ((-0.17, "k"), (0.17, "v")):
                 c.box(x, y + row, cell - 0.08, 0.3, name if held else "", fill=fill, size=9,
                       dashed=not held, round_=0.03, mono=True)

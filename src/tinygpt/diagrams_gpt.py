@@ -282,9 +282,9 @@ def data_parallel(config: GPTConfig, train: TrainConfig, world_size: int = 2) ->
     c.box(mid, 4.15, col * world_size - 0.5, 0.6, "all-reduce each bucket as soon as its "
           f"gradients are ready: the mean over the {world_size} processes", fill="green",
           size=10, gid="allreduce")
-    c.text(mid, 2.55, "DDP's buckets, from the second step on", size=9)
     c.text(mid, 6.15, f"effective batch: {world_size} × {train.batch_size} = "
-           f"{world_size * train.batch_size} windows per step", size=11)
+           f"{world_size * train.batch_size} windows per step; the buckets are DDP's from its "
+           "second step on", size=10)
     alt = (f"Data parallelism on {world_size} processes: each holds a replica of the "
            f"{n:,}-parameter model, runs forward and backward on its own {train.batch_size} "
            f"windows, and its gradients, in {len(buckets)} bucket(s) of "
