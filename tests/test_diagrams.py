@@ -243,3 +243,38 @@ def test_save_never_replaces_a_file_it_did_not_write(tmp_path):
     with pytest.raises(ValueError, match=r"\.svg"):
         figure.save(tmp_path / "mask.png")
     assert not math.isnan(drawing.contrast(drawing.INK, drawing.LINE))
+
+
+def diagram_cells() -> list[tuple[str, dict, str]]:
+    """(chapter, the cell, the chapter's markdown) of every chapter's diagram cell."""
+    import json
+    from pathlib import Path
+
+    found = []
+    for path in sorted((Path(__file__).parents[1] / "chapters").glob("[0-9][0-9]_*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        markdown = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        found += [(path.stem, c, markdown) for c in cells if c["cell_type"] == "code"
+                  and "figure" in c.get("metadata", {}).get("mystnb", {})]
+    return found
+
+
+def test_every_chapter_diagram_is_a_numbered_figure_with_alt_text_that_the_text_cites():
+    cells = diagram_cells()
+    chapters = {chapter for chapter, _, _ in cells}
+    assert {"01_tokens", "04_embeddings", "05_attention", "06_block", "07_gpt",
+            "08_training", "10_scaling"} <= chapters
+    names = []
+    for chapter, cell, markdown in cells:
+        meta = cell["metadata"]["mystnb"]
+        name, caption = meta["figure"]["name"], meta["figure"]["caption"]
+        names.append(name)
+        assert name.startswith("fig-") and len(caption.split()) >= 8, (chapter, name)
+        assert len(meta["image"]["alt"].split()) >= 10, (chapter, name, "alt text")
+        assert f"{{numref}}`{name}`" in markdown, (chapter, name, "never referred to")
+        svgs = [o["data"]["image/svg+xml"] for o in cell.get("outputs", [])
+                if "image/svg+xml" in o.get("data", {})]
+        assert len(svgs) == 1, (chapter, name, "the executed cell shows one SVG")
+        svg = "".join(svgs[0])
+        assert drawing.MARK in svg and 'role="img"' in svg, (chapter, name)
+    assert len(names) == len(set(names)) >= 13
