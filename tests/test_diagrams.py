@@ -226,6 +226,8 @@ def test_bad_input_is_a_clear_error(tokenizer, tmp_path):
     with pytest.raises(ValueError, match="dims"):
         diagrams.shape_of((1, 2), "B T C")
     canvas = drawing.Canvas(1, 1)
+    with pytest.raises(ValueError, match="fill='none'"):
+        canvas.box(0.5, 0.5, 0.2, 0.2, "lost", fill="none")
     with pytest.raises(ValueError, match="alt text"):
         canvas.finish("a box")
 

@@ -103,9 +103,13 @@ class Canvas:
     def box(self, x: float, y: float, w: float, h: float, text: str = "", *,
             fill: str = "blue", mono: bool = False, size: float = FONT, dashed: bool = False,
             gid: str | None = None, round_: float = 0.06, weight: str = "normal") -> None:
-        """A filled box centred at ``(x, y)``, ``w`` x ``h`` inches, with ``text`` in it."""
+        """A filled box centred at ``(x, y)``, ``w`` x ``h`` inches, with ``text`` in it; a box
+        with ``fill="none"`` (an empty slot) holds no text, which would vanish in the dark theme."""
         from matplotlib.patches import FancyBboxPatch
 
+        if text and fill == "none":
+            raise ValueError("a box with fill='none' cannot hold text: it would not read on a "
+                             "dark page")
         colour = FILLS.get(fill, fill)
         self.ax.add_patch(FancyBboxPatch(
             (x - w / 2, y - h / 2), w, h, boxstyle=f"round,pad=0,rounding_size={round_}",
@@ -117,7 +121,8 @@ class Canvas:
     def text(self, x: float, y: float, text: str, *, ha: str = "center", va: str = "center",
              mono: bool = False, size: float = FONT, weight: str = "normal",
              sticker: bool = True, gid: str | None = None) -> None:
-        """A free label at ``(x, y)``, on a light sticker so that it reads in both themes."""
+        """A free label at ``(x, y)``, on a light sticker so that it reads in both themes
+        (``sticker=False`` only for a label drawn over a box's light fill)."""
         bbox = (dict(boxstyle="round,pad=0.18", facecolor=STICKER, edgecolor="none")
                 if sticker else None)
         self._text(x, y, text, ha=ha, va=va, mono=mono, size=size, zorder=5, weight=weight,

@@ -79,8 +79,8 @@ def test_diagram(page_name, name, alt, theme, site, browser):
         shown = _pixels(image.screenshot())
         image.evaluate("img => img.style.visibility = 'hidden'")
         hidden = _pixels(image.screenshot())
-        changed = (abs(shown - hidden).max(axis=-1) > 0.2).mean()
-        assert changed > 0.05, f"{name}: the image barely shows in the {theme} theme ({changed})"
+        changed = (abs(shown - hidden).max(axis=-1) > 0.08).mean()
+        assert changed > 0.03, f"{name}: the image barely shows in the {theme} theme ({changed})"
         image.evaluate("img => img.style.visibility = ''")
         (SCREENSHOTS / "diagrams").mkdir(parents=True, exist_ok=True)
         figure.screenshot(path=SCREENSHOTS / "diagrams" / f"{name}-{theme}.png")
