@@ -72,13 +72,15 @@ def test_diagram(page_name, name, alt, theme, site, browser):
         assert info["src"].endswith(".svg"), f"{name}: not an SVG: {info['src']}"
         assert info["alt"] == alt, f"{name}: alt text {info['alt']!r}"
         assert info["caption"].strip().startswith("Fig"), f"{name}: caption {info['caption']!r}"
-        refs = page.locator(f"a[href$='#{name}']")
+        refs = page.locator(f"a[href$='#{name}']:not(.headerlink)")
         assert refs.count() >= 1, f"{name}: the text never refers to it"
         assert all("Fig" in refs.nth(i).inner_text() for i in range(refs.count()))
         image = figure.locator("img")
-        shown = _pixels(image.screenshot())
+        image.scroll_into_view_if_needed()
+        box = image.bounding_box()  # in the viewport, which does not scroll from here on
+        shown = _pixels(page.screenshot(clip=box))
         image.evaluate("img => img.style.visibility = 'hidden'")
-        hidden = _pixels(image.screenshot())
+        hidden = _pixels(page.screenshot(clip=box))
         changed = (abs(shown - hidden).max(axis=-1) > 0.08).mean()
         assert changed > 0.03, f"{name}: the image barely shows in the {theme} theme ({changed})"
         image.evaluate("img => img.style.visibility = ''")
