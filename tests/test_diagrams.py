@@ -153,7 +153,7 @@ def test_the_bpe_tree_is_built_from_the_merges(tokenizer):
     for token in drawn:  # every merged token is drawn with both of its parts
         if token >= 256:
             assert set(tokenizer.merges[token - 256]) <= drawn
-            assert f"merge {token - 256}" in figure.texts()
+            assert f"#{token - 256}" in figure.texts()
     assert {t for t in drawn if t < 256} == set(word.encode())
 
 

@@ -80,22 +80,25 @@ def bpe_tree(tokenizer: BPETokenizer, word: str) -> Diagram:
 
     roots = [build(t) for t in ids]
     top = max(nodes[r][2] for r in roots)
-    step_x, step_y, w = 0.95, 0.9, 0.86
-    xs = {n: 0.7 + i * step_x for i, n in enumerate(leaves)}
+    step_x, step_y, w = 0.66, 0.85, 0.6
+    xs = {n: 0.45 + i * step_x for i, n in enumerate(leaves)}
     for n in sorted(nodes, key=lambda n: nodes[n][2]):
         if nodes[n][1]:
             xs[n] = sum(xs[k] for k in nodes[n][1]) / len(nodes[n][1])
-    canvas = Canvas(max(4.0, 0.7 + len(leaves) * step_x), 0.9 + (top + 1) * step_y)
+    bottom = 0.5 + top * step_y
+    canvas = Canvas(max(4.6, 0.9 + (len(leaves) - 1) * step_x), bottom + 0.85)
     y_of = {n: 0.5 + (top - nodes[n][2]) * step_y for n in nodes}
     y_of.update(dict.fromkeys(roots, 0.5))  # the word's tokens on the top row
     for n, (token, kids, _) in nodes.items():
         for k in kids:
-            canvas.arrow((xs[k], y_of[k] - 0.25), (xs[n], y_of[n] + 0.25))
+            canvas.arrow((xs[k], y_of[k] - 0.28), (xs[n], y_of[n] + 0.28))
         label = render_token(tokenizer.token_bytes(token)).replace(" ", "␣")
-        merged = f"merge {token - 256}" if kids else f"byte {token}"
-        canvas.box(xs[n], y_of[n], w, 0.5, fill="amber" if kids else "grey", gid=f"token:{token}")
-        canvas.text(xs[n], y_of[n] - 0.08, label, mono=True, size=12, sticker=False)
-        canvas.text(xs[n], y_of[n] + 0.14, merged, size=8, sticker=False)
+        number = f"#{token - 256}" if kids else str(token)
+        canvas.box(xs[n], y_of[n], w, 0.56, fill="amber" if kids else "grey", gid=f"token:{token}")
+        canvas.text(xs[n], y_of[n] - 0.1, label, mono=True, size=13, sticker=False)
+        canvas.text(xs[n], y_of[n] + 0.15, number, size=10, sticker=False)
+    canvas.text(0.15, bottom + 0.6, "amber: a merge, #n the n-th that training learned; "
+                "grey: a byte, with its value", ha="left", size=10)
     steps = ", ".join(f"{render_token(tokenizer.token_bytes(t))!r} = merge {t - 256}"
                       for t in sorted({nodes[n][0] for n in nodes if nodes[n][1]}))
     alt = (f"How BPE built {word!r}: its {len(leaves)} bytes at the bottom, merged pairwise "
@@ -111,7 +114,7 @@ def text_to_tokens(tokenizer: BPETokenizer, text: str) -> Diagram:
     if not 1 <= len(data) <= 16:
         raise ValueError(f"text must be 1 to 16 bytes in UTF-8 to fit the figure, got {text!r}")
     ids = tokenizer.encode_ordinary(text)
-    cell, x0 = 0.62, 1.35
+    cell, x0 = 0.5, 1.25
     canvas = Canvas(x0 + len(data) * cell + 0.2, 3.0)
     for y, name in ((0.45, "characters"), (1.35, "UTF-8 bytes"), (2.45, "tokens (id)")):
         canvas.text(0.1, y, name, ha="left", size=11)
