@@ -52,34 +52,33 @@ def attention_flow(seed: int = 0, T: int = 4, n_embd: int = 4) -> Diagram:
     of the values, with the numbers of ``attention_example(n_embd, T, seed)``."""
     ex = attention_example(n_embd, T, seed)
     t = T - 1
-    c = Canvas(10.4, 1.9 + 0.72 * T)
-    cols = {"x": 0.55, "k": 2.35, "v": 4.6, "s": 6.75, "a": 8.2, "bar": 9.45}
-    c.box(cols["k"] + 0.2, 0.4, 2.6, 0.45, f"q{t} = {_vec(ex['q'][t])}", fill="rose",
+    c = Canvas(8.75, 1.9 + 0.72 * T)
+    cols = {"k": 1.35, "v": 3.95, "s": 5.95, "a": 7.1, "bar": 8.2}  # centres of the columns
+    c.box(1.75, 0.4, 3.3, 0.45, f"query q{t} = {_vec(ex['q'][t])}", fill="rose",
           mono=True, size=10, gid="query")
-    c.text(cols["x"], 0.4, f"query\nx{t}", size=10)
-    heads = {"k": "keys k = x W_k", "v": "values v = x W_v", "s": "q·k / √d_k",
+    heads = {"k": "keys k_j = x_j W_K", "v": "values v_j = x_j W_V", "s": "q·k_j / √d_k",
              "a": "softmax", "bar": "weight"}
     for key, title in heads.items():
         c.text(cols[key], 0.98, title, size=10, weight="bold")
     y_of = [1.5 + 0.72 * j for j in range(T)]
     for j, y in enumerate(y_of):
-        c.box(cols["x"], y, 0.6, 0.45, f"x{j}", fill="grey", size=11)
-        c.arrow((cols["x"] + 0.3, y), (cols["k"] - 1.1, y))
-        c.box(cols["k"], y, 2.2, 0.45, _vec(ex["k"][j]), fill="blue", mono=True, size=10)
-        c.box(cols["v"], y, 2.2, 0.45, _vec(ex["v"][j]), fill="violet", mono=True, size=10)
-        c.arrow((cols["k"] + 1.1, y), (cols["s"] - 0.55, y))
-        c.box(cols["s"], y, 1.1, 0.45, f"{ex['scores'][t, j]:+.3f}", fill="white", mono=True,
+        c.box(cols["k"], y, 2.5, 0.45, f"k{j} {_vec(ex['k'][j])}", fill="blue", mono=True,
+              size=10)
+        c.box(cols["v"], y, 2.5, 0.45, f"v{j} {_vec(ex['v'][j])}", fill="violet", mono=True,
+              size=10)
+        c.arrow((cols["k"] + 1.25, y), (cols["s"] - 0.48, y))
+        c.box(cols["s"], y, 0.95, 0.45, f"{ex['scores'][t, j]:+.3f}", fill="white", mono=True,
               size=10, gid=f"score:{j}")
-        c.arrow((cols["s"] + 0.55, y), (cols["a"] - 0.5, y))
+        c.arrow((cols["s"] + 0.48, y), (cols["a"] - 0.43, y))
         a = float(ex["weights"][t, j])
-        c.box(cols["a"], y, 1.0, 0.45, f"{a:.3f}", fill="amber", mono=True, size=10,
+        c.box(cols["a"], y, 0.86, 0.45, f"{a:.3f}", fill="amber", mono=True, size=10,
               gid=f"weight:{j}")
         c.box(cols["bar"] - 0.4 + 0.4 * a, y, max(0.8 * a, 0.02), 0.3, fill="amber", round_=0.02)
-    c.arrow((cols["k"] + 1.5, 0.4), (cols["s"], y_of[0] - 0.24), rad=-0.15)
+    c.arrow((3.4, 0.4), (cols["s"], y_of[0] - 0.24), rad=-0.15)
     y_out = y_of[-1] + 0.85
-    c.box(cols["v"], y_out, 3.8, 0.45, f"y{t} = Σ weight·v = {_vec(ex['y'][t])}", fill="green",
+    c.box(cols["v"], y_out, 3.9, 0.45, f"y{t} = Σ weight·v = {_vec(ex['y'][t])}", fill="green",
           mono=True, size=10, gid="output")
-    c.arrow((cols["a"], y_of[-1] + 0.24), (cols["v"] + 1.9, y_out), rad=-0.2)
+    c.arrow((cols["a"], y_of[-1] + 0.24), (cols["v"] + 1.95, y_out), rad=-0.2)
     c.arrow((cols["v"], y_of[-1] + 0.24), (cols["v"], y_out - 0.24))
     alt = (f"One query, position {t}, attending over {T} positions: scores "
            f"{[round(float(s), 3) for s in ex['scores'][t]]}, softmax weights "
@@ -164,8 +163,8 @@ def kv_cache_steps(config: GPTConfig, steps: int = 4) -> Diagram:
     layer = CausalSelfAttention(config).eval()
     cache = KVCache.for_config(config, 1)
     slots = min(config.block_size, steps + 3)
-    cell, x0 = 0.62, 2.0
-    c = Canvas(x0 + slots * cell + 3.2, 0.6 + steps * 1.05)
+    cell, x0 = 0.55, 1.55
+    c = Canvas(x0 + slots * cell + 3.05, 0.6 + steps * 1.05)
     c.text(x0 + slots * cell / 2, 0.25, f"cache slots: the first {slots} of "
            f"T_max = {config.block_size}", size=10)
     shapes = []
