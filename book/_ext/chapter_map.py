@@ -45,10 +45,11 @@ CHAPTERS: list[tuple[int, str, str, list[str]]] = [
                                       "cache"]),
     (2, "02_bigram", "Bigram baseline", ["bigram", "ngram", "scoring"]),
     (3, "03_autograd", "Gradients by hand", ["autograd", "backprop"]),
-    (4, "04_embeddings", "Embeddings", ["embedding", "wordvec", "rungs"]),
-    (5, "05_attention", "Attention", ["attention"]),
+    (4, "04_embeddings", "Embeddings", ["embedding", "wordvec", "rungs", "drawing",
+                                        "diagrams"]),
+    (5, "05_attention", "Attention", ["attention", "diagrams_attention"]),
     (6, "06_block", "Transformer block", ["checks", "config", "block"]),
-    (7, "07_gpt", "The GPT", ["model", "gpt2"]),
+    (7, "07_gpt", "The GPT", ["model", "gpt2", "diagrams_gpt"]),
     (8, "08_training", "Training", ["train", "checkpoint", "cli", "cli_train",
                                     "bookmodel", "ladder"]),
     (9, "09_sampling", "Sampling", ["sample", "widgets", "cli_sample", "cli_options",
@@ -339,7 +340,8 @@ def draw(chart: Map) -> str:
                     va="center",
                     color=INK if exists else MUTED,
                     zorder=4,
-                    fontsize=FONT - 1,
+                    # a long name gets a smaller font, so that it stays inside its box
+                    fontsize=(FONT - 1) * min(1.0, 12 / len(m)),
                     family="monospace",
                 )
         for a, b in chart.edges:
