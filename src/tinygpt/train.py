@@ -35,6 +35,7 @@ from tinygpt.muon import configure_muon
 from tinygpt.resume import start_run
 from tinygpt.runtime import autocast, keep_freed_memory, resolve_device
 from tinygpt.saving import RunSaver, TrainingDivergedError, claimed
+from tinygpt.shards import TokenShards
 
 Record = dict[str, Any]  # one history entry: {"step", "loss", "lr", "tokens_per_s", ...}
 
@@ -47,6 +48,8 @@ def get_batch(data: Tensor, batch_size: int, block_size: int,
     drawn offset ``i`` in ``[0, N - T - 1]`` (with ``generator``); ``x = data[i : i+T]`` and
     ``y = data[i+1 : i+T+1]``, so ``y[b, t]`` is the token that follows ``x[b, t]``.
     """
+    if isinstance(data, TokenShards):  # memory-mapped shards: the same draws, per shard
+        return data.get_batch(batch_size, block_size, generator)
     _check_batch_args(data, batch_size, block_size)
     N = data.numel()
     ix = torch.randint(N - block_size, (batch_size,), generator=generator)  # (B,)
@@ -135,7 +138,10 @@ def estimate_loss(model: GPT, splits: Mapping[str, Tensor], config: TrainConfig,
 
 
 def _as_tokens(data: object, name: str, config: GPTConfig) -> Tensor:
-    """``data`` as a 1-D int64 CPU tensor of ids in ``[0, V)``, long enough for one window."""
+    """``data`` as a 1-D int64 CPU tensor of ids in ``[0, V)``, long enough for one window
+    (``TokenShards`` stay on disk: checked against the model, returned as they are)."""
+    if isinstance(data, TokenShards):
+        return data.check(name, config.block_size, config.vocab_size)  # type: ignore[return-value]
     try:
         t = data if isinstance(data, Tensor) else torch.as_tensor(data)
     except (TypeError, ValueError, RuntimeError):
