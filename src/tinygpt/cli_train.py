@@ -118,6 +118,7 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
     """Read, tokenize and split the data, check the run, call ``train``, print a summary line."""
     import torch
 
+    from tinygpt import train as train_module
     from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 
     out, fraction = Path(args.out).expanduser(), args.val_fraction
@@ -131,7 +132,7 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
     cli_checks.check_train_run(dataclasses.replace(model_config, vocab_size=vocab),
                                train_config)
     if is_shards_folder(args.data):
-        return run_from_shards(args, argv, model_config, train_config, tokenizer)
+        return run_from_shards(args, argv, model_config, train_config, tokenizer, train_module)
     text, where = read_data(args.data)
     if not text:
         raise ValueError(f"{where} is empty: there is nothing to train on")
@@ -157,12 +158,12 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
                          f" for training and {len(val_ids)} for validation (--val-fraction "
                          f"{fraction}), but each part needs at least --block-size + 1 = {need}, "
                          f"about {total} in all: use a longer text or a smaller --block-size")
-    return run_training(args, argv, model_config, train_config, tokenizer,
+    return run_training(args, argv, train_module, model_config, train_config, tokenizer,
                         torch.tensor(train_ids), torch.tensor(val_ids))
 
 
 def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPTConfig,
-                    train_config: TrainConfig, tokenizer: Any) -> int:
+                    train_config: TrainConfig, tokenizer: Any, train_module: Any) -> int:
     """Train on the memory-mapped shards of ``tinygpt prepare`` with their tokenizer."""
     from tinygpt.shards import TokenShards, load_tokenizer, read_manifest
 
@@ -175,15 +176,14 @@ def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPT
             type(theirs), theirs.vocab_size):
         raise ValueError(f"the checkpoint in {args.out} has a tokenizer of "
                          f"{tokenizer.vocab_size} tokens, the shards in {args.data} another")
-    return run_training(args, argv, model_config, train_config, tokenizer or theirs,
+    return run_training(args, argv, train_module, model_config, train_config, tokenizer or theirs,
                         TokenShards(args.data, "train"), TokenShards(args.data, "val"))
 
 
-def run_training(args: argparse.Namespace, argv: list[str], model_config: GPTConfig,
-                 train_config: TrainConfig, tokenizer: Any, train_data: Any,
-                 val_data: Any) -> int:
-    """Call ``train`` on the data, print a summary line (or how to resume, on Ctrl-C)."""
-    from tinygpt import train as train_module
+def run_training(args: argparse.Namespace, argv: list[str], train_module: Any,
+                 model_config: GPTConfig, train_config: TrainConfig, tokenizer: Any,
+                 train_data: Any, val_data: Any) -> int:
+    """Call ``train_module.train`` on the data, print a summary line (or how to resume)."""
     from tinygpt.checkpoint import load_checkpoint
     from tinygpt.distributed import is_main_process
 

@@ -21,9 +21,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from tinygpt import shards as S
 from tinygpt.data import write_atomically
@@ -101,6 +102,8 @@ def _init(tokenizer: Any) -> None:
 
 
 def _encode(text: str) -> np.ndarray:
+    import numpy as np
+
     tok = _TOKENIZER
     ids = tok.encode_ordinary(text) if hasattr(tok, "encode_ordinary") else tok.encode(text)
     return np.asarray(ids, dtype=np.int64)

@@ -17,9 +17,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-if TYPE_CHECKING:  # torch is imported when batches are drawn: prepare's workers never need it
+if TYPE_CHECKING:  # numpy and torch are imported when used: the command line imports this
+    import numpy as np  # module before torch (tinygpt.cli), and prepare's workers need no torch
     import torch
     from torch import Tensor
 
@@ -36,6 +35,8 @@ class ShardError(ValueError):
 
 def shard_dtype(vocab_size: int) -> np.dtype:
     """``uint16`` when every id fits in 16 bits, else ``uint32`` (little-endian)."""
+    import numpy as np
+
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
 
 
@@ -107,6 +108,8 @@ class TokenShards:
     """One split of a shards folder, memory-mapped: a token stream cut into shards."""
 
     def __init__(self, folder: str | Path, split: str = "train", checksum: bool = True) -> None:
+        import numpy as np
+
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         self.folder = Path(folder)
@@ -124,6 +127,8 @@ class TokenShards:
 
     def starts(self, block_size: int) -> np.ndarray:
         """How many windows of ``block_size + 1`` tokens start in each shard."""
+        import numpy as np
+
         return np.array([max(0, len(a) - block_size) for a in self.arrays], dtype=np.int64)
 
     def check(self, name: str, block_size: int, vocab_size: int) -> TokenShards:
@@ -141,6 +146,7 @@ class TokenShards:
                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """``batch_size`` windows ``(x, y)``, each ``(B, T)``: offsets drawn uniformly over
         every window start of every shard, as ``get_batch`` draws them from one tensor."""
+        import numpy as np
         import torch
 
         T = block_size

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from tinygpt.checks import check_instance, check_int
 from tinygpt.config import GPTConfig, TrainConfig
@@ -138,8 +139,7 @@ def estimate_loss(model: GPT, splits: Mapping[str, Tensor], config: TrainConfig,
 
 
 def _as_tokens(data: object, name: str, config: GPTConfig) -> Tensor:
-    """``data`` as a 1-D int64 CPU tensor of ids in ``[0, V)``, long enough for one window
-    (``TokenShards`` stay on disk: checked against the model, returned as they are)."""
+    """``data`` as 1-D int64 CPU ids in ``[0, V)``, one window long (``TokenShards``: checked)."""
     if isinstance(data, TokenShards):
         return data.check(name, config.block_size, config.vocab_size)  # type: ignore[return-value]
     try:
@@ -278,10 +278,7 @@ def _evaluate(model: GPT, train_data: Tensor, val_data: Tensor, cfg: TrainConfig
     return all_reduce_mean(losses, ctx, weight=mine)
 
 
-def _printer(show: bool) -> Callable[[str], None]:
-    """Print a line above the progress bar (``show``), or nothing."""
-    from tqdm.auto import tqdm
-
+def _printer(show: bool) -> Callable[[str], None]:  # a line above the progress bar, or none
     return tqdm.write if show else lambda text: None
 
 
@@ -292,8 +289,6 @@ def _log(record: Record, say: Callable[[str], None]) -> None:
 
 
 def _progress_bar(total: int, done: int, show: bool) -> Any:
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, initial=done, disable=not show, unit="step")
 
 
