@@ -83,7 +83,7 @@ def child(argv: list[str]) -> None:
         if kind == "tensor":  # the whole stream in memory, as train --data FILE holds it
             data = [torch.from_numpy(np.concatenate(d.arrays).astype(np.int64)) for d in data]
         model = GPTConfig(vocab_size=50257, block_size=64, n_layer=1, n_head=2, n_embd=32)
-        cfg = TrainConfig(batch_size=8, max_iters=30, eval_interval=1000, eval_iters=1)
+        cfg = TrainConfig(batch_size=8, max_iters=15, eval_interval=1000, eval_iters=1)
         history = train(model, cfg, *data, progress=False)
         result = {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in history[2:])}
     result["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -219,3 +219,15 @@ def test_the_tokenizer_file_is_json_and_checked(tmp_path):
     (out / entry["file"]).write_bytes(data + b" ")  # still valid JSON, but altered
     with pytest.raises(ShardError, match="altered"):
         load_tokenizer(out)
+
+
+def test_bpe_counted_by_workers_learns_what_bpe_train_learns_on_the_training_documents(tmp_path):
+    from tinygpt.tokenizer import BPETokenizer
+
+    corpus = make_corpus(tmp_path / "in")
+    shardwrite.write_shards(corpus, tmp_path / "out", SMALL, workers=2)
+    docs = documents(corpus, SMALL)["train"]
+    reference = BPETokenizer.train(EOT.join(docs), SMALL.vocab_size, special_tokens=[EOT])
+    ours = load_tokenizer(tmp_path / "out")
+    assert ours.merges == reference.merges and ours.tokens == reference.tokens
+    assert ours.special_tokens == reference.special_tokens == {EOT: SMALL.vocab_size - 1}
