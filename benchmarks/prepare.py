@@ -10,7 +10,8 @@ What it measures, in one run:
   tiktoken's ``encode_ordinary_batch`` with as many threads, on the same documents (the token
   counts must agree), as tokens per second;
 * peak resident memory of ``prepare`` (one worker, in a fresh process) at ``--size`` and at a
-  quarter of it: streaming keeps it flat;
+  quarter of it, with shards of 4M tokens: streaming keeps it flat once the corpus is larger
+  than a shard;
 * training a small model from the shards (memory-mapped) against from the in-memory tensor, one
   torch thread, median tokens/s over the steps, and the peak resident memory of each, in fresh
   processes, at both sizes.
@@ -66,7 +67,7 @@ def child(argv: list[str]) -> None:
         from tinygpt.shardwrite import write_shards
 
         start = time.perf_counter()
-        m = write_shards(corpus, out, Options("gpt2", val_fraction=0.05, shard_tokens=1 << 24),
+        m = write_shards(corpus, out, Options("gpt2", val_fraction=0.05, shard_tokens=1 << 22),
                          workers=int(argv[3]))
         result = {"seconds": time.perf_counter() - start,
                   "tokens": m["tokens"]["train"] + m["tokens"]["val"]}

@@ -101,6 +101,9 @@ def test_cli_trains_from_a_shards_folder_and_refuses_a_tokenizer_option(tmp_path
     assert main([*args[:4], str(tmp_path / "ck2"), "--tokenizer", "bpe", *args[5:]]) == 2
     err = capsys.readouterr().err
     assert "shards folder with its own tokenizer" in err and err.count("\n") == 1
+    assert main([*args[:4], str(tmp_path / "ck3"), "--val-fraction", "0.2", *args[5:]]) == 2
+    err = capsys.readouterr().err
+    assert "leave --val-fraction out" in err and err.count("\n") == 1
 
 
 def test_too_short_shards_are_a_clear_error(tmp_path):

@@ -171,6 +171,9 @@ def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPT
     if not args.resume and (args.tokenizer is not None or args.vocab_size is not None):
         raise ValueError(f"--data {args.data} is a shards folder with its own tokenizer: leave "
                          "--tokenizer and --vocab-size out")
+    if any(a.startswith("--val-fraction") for a in argv):
+        raise ValueError(f"--data {args.data} is a shards folder, split by tinygpt prepare: "
+                         "leave --val-fraction out (prepare's --val-fraction sets it)")
     theirs = load_tokenizer(args.data, manifest)
     if tokenizer is not None and (type(tokenizer), tokenizer.vocab_size) != (
             type(theirs), theirs.vocab_size):

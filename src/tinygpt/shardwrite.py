@@ -161,7 +161,7 @@ def _encode_all(files: list, options: P.Options, workers: int, out: Path,
                 if last and eot is not None:
                     arr = np.append(arr, eot)
                 offset = resume[split][1] if g == resume[split][0] else 0
-                buffers[split].append([g, offset, arr[offset:]])
+                buffers[split].append([g, offset, arr[offset:].astype(dtype)])  # 2 bytes an id
                 while sum(len(b[2]) for b in buffers[split]) >= options.shard_tokens:
                     flush(split, options.shard_tokens)
             bar.update(sum(len(u[1].encode()) for _, u in batch))
