@@ -231,3 +231,18 @@ def test_bpe_counted_by_workers_learns_what_bpe_train_learns_on_the_training_doc
     ours = load_tokenizer(tmp_path / "out")
     assert ours.merges == reference.merges and ours.tokens == reference.tokens
     assert ours.special_tokens == reference.special_tokens == {EOT: SMALL.vocab_size - 1}
+
+
+def test_tiny_reads_and_parts_give_the_same_shards(tmp_path, monkeypatch):
+    """Files read 5 characters at a time (a separator split across reads) and documents cut
+    into parts of about 40 characters encode exactly as whole documents do."""
+    import tinygpt.prepare as prepare
+
+    corpus = make_corpus(tmp_path / "in", files=3)
+    shardwrite.write_shards(corpus, tmp_path / "whole", SMALL, workers=1)
+    monkeypatch.setattr(prepare, "READ_CHARS", 5)
+    monkeypatch.setattr(prepare, "PART_CHARS", 40)
+    shardwrite.write_shards(corpus, tmp_path / "pieces", SMALL, workers=1)
+    assert shard_bytes(tmp_path / "pieces") == shard_bytes(tmp_path / "whole")
+    docs = documents(corpus, SMALL)
+    assert decoded(tmp_path / "pieces", "val") == "".join(d + EOT for d in docs["val"])
