@@ -13,8 +13,8 @@ What it measures, in one run:
   quarter of it, with shards of 4M tokens: streaming keeps it flat once the corpus is larger
   than a shard;
 * training a small model from the shards (memory-mapped) against from the in-memory tensor, one
-  torch thread, median tokens/s over the steps, and the peak resident memory of each, in fresh
-  processes, at both sizes.
+  torch thread, median tokens/s over the steps, the median time of ``get_batch`` alone (the
+  data path), and the peak resident memory of each, in fresh processes, at both sizes.
 
 Usage: nice -n 10 python benchmarks/prepare.py [--size 50] [--workers 2] [--out RESULT.json]
 """
@@ -77,7 +77,7 @@ def child(argv: list[str]) -> None:
 
         from tinygpt.config import GPTConfig, TrainConfig
         from tinygpt.shards import TokenShards
-        from tinygpt.train import train
+        from tinygpt.train import get_batch, train
 
         torch.set_num_threads(1)
         data = [TokenShards(out, s) for s in ("train", "val")]
@@ -87,6 +87,12 @@ def child(argv: list[str]) -> None:
         cfg = TrainConfig(batch_size=8, max_iters=15, eval_interval=1000, eval_iters=1)
         history = train(model, cfg, *data, progress=False)
         result = {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in history[2:])}
+        g, times = torch.Generator().manual_seed(0), []
+        for _ in range(300):  # the data path alone: one batch of 8 windows of 64 tokens
+            start = time.perf_counter()
+            get_batch(data[0], 8, 64, g)
+            times.append(time.perf_counter() - start)
+        result["get_batch_us"] = statistics.median(times) * 1e6
     result["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
 
@@ -145,6 +151,8 @@ def main() -> None:
             entry["train_tensor"] = measure("tensor", corpus, shards)
             entry["shards_vs_tensor_tokens_per_s"] = (entry["train_shards"]["tokens_per_s"]
                                                       / entry["train_tensor"]["tokens_per_s"])
+            entry["shards_vs_tensor_get_batch_time"] = (entry["train_shards"]["get_batch_us"]
+                                                        / entry["train_tensor"]["get_batch_us"])
             results["sizes"][f"{size:g}MB"] = entry
             print(json.dumps({f"{size:g}MB": entry}, indent=1), flush=True)
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
