@@ -111,3 +111,10 @@ def test_too_short_shards_are_a_clear_error(tmp_path):
     model = replace(MODEL, vocab_size=vocab, block_size=1 << 16)
     with pytest.raises(ValueError, match=r"no train shard .* holds a window"):
         train(model, CFG, TokenShards(out, "train"), TokenShards(out, "val"), progress=False)
+
+
+def test_ids_are_uint16_when_the_vocabulary_fits_else_uint32():
+    from tinygpt.shards import shard_dtype
+
+    assert shard_dtype(50257) == np.dtype("<u2") and shard_dtype(1 << 16) == np.dtype("<u2")
+    assert shard_dtype((1 << 16) + 1) == np.dtype("<u4")
