@@ -22,6 +22,7 @@ from typing import Any
 import tinygpt
 from tinygpt import cli_checks
 from tinygpt.cli_options import dataclass_options, name_options
+from tinygpt.cli_prepare import add_prepare
 from tinygpt.cli_sample import run_sample
 from tinygpt.cli_train import CLI_DEFAULTS, CORPORA, DEFAULT_BPE_VOCAB, run_train
 from tinygpt.config import GPTConfig, TrainConfig
@@ -52,12 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tinygpt", description="Train a small GPT on a text "
                                      "and sample from it.")
     parser.add_argument("--version", action="version", version=f"tinygpt {tinygpt.__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{train,sample}")
+    commands = parser.add_subparsers(dest="command", metavar="{train,sample,prepare}")
     train = commands.add_parser("train", help="train a GPT on a text file or a corpus",
                                 description="Train a GPT and save its checkpoint in --out.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     io = train.add_argument_group("data and output")
-    add_option(io, "--data", f"a UTF-8 text file or a corpus name ({', '.join(CORPORA)})",
+    add_option(io, "--data", f"a UTF-8 text file, a folder of tinygpt prepare's shards or a "
+         f"corpus name ({', '.join(CORPORA)})",
          required=True, metavar="FILE|NAME")
     add_option(io, "--tokenizer", "char: one token per character of the text; bpe: byte-level BPE "
          "learned on the training part", shown="char", choices=("char", "bpe"))
@@ -101,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
          action="extend", default=[], metavar="STR")
     add_option(sample, "--device", "cpu, cuda, cuda:N, mps or auto", default="cpu")
     sample.set_defaults(run=run_sample)
+    add_prepare(commands, add_option)
     return parser
 
 

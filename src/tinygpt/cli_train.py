@@ -22,6 +22,7 @@ from tinygpt import cli_checks
 from tinygpt.cli_options import config_fields, option_flags
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.data import DATASETS, load_text, split_train_val
+from tinygpt.shards import is_shards_folder
 
 CLI_DEFAULTS = {"block_size": 64, "batch_size": 12}  # nanoGPT's baby GPT, see the help's epilog
 CORPORA = ("shakespeare", *(name for name in DATASETS if "/" not in name))
@@ -118,8 +119,6 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
     import torch
 
     from tinygpt import train as train_module
-    from tinygpt.checkpoint import load_checkpoint
-    from tinygpt.distributed import is_main_process
     from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 
     out, fraction = Path(args.out).expanduser(), args.val_fraction
@@ -132,6 +131,8 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
     vocab = tokenizer.vocab_size if tokenizer else args.vocab_size or DEFAULT_BPE_VOCAB
     cli_checks.check_train_run(dataclasses.replace(model_config, vocab_size=vocab),
                                train_config)
+    if is_shards_folder(args.data):
+        return run_from_shards(args, argv, model_config, train_config, tokenizer, train_module)
     text, where = read_data(args.data)
     if not text:
         raise ValueError(f"{where} is empty: there is nothing to train on")
@@ -157,12 +158,45 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
                          f" for training and {len(val_ids)} for validation (--val-fraction "
                          f"{fraction}), but each part needs at least --block-size + 1 = {need}, "
                          f"about {total} in all: use a longer text or a smaller --block-size")
+    return run_training(args, argv, train_module, model_config, train_config, tokenizer,
+                        torch.tensor(train_ids), torch.tensor(val_ids))
+
+
+def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPTConfig,
+                    train_config: TrainConfig, tokenizer: Any, train_module: Any) -> int:
+    """Train on the memory-mapped shards of ``tinygpt prepare`` with their tokenizer."""
+    from tinygpt.shards import TokenShards, load_tokenizer, read_manifest
+
+    manifest = read_manifest(args.data)
+    if not args.resume and (args.tokenizer is not None or args.vocab_size is not None):
+        raise ValueError(f"--data {args.data} is a shards folder with its own tokenizer: leave "
+                         "--tokenizer and --vocab-size out")
+    if any(a.startswith("--val-fraction") for a in argv):
+        raise ValueError(f"--data {args.data} is a shards folder, split by tinygpt prepare: "
+                         "leave --val-fraction out (prepare's --val-fraction sets it)")
+    theirs = load_tokenizer(args.data, manifest)
+    if tokenizer is not None and (type(tokenizer), tokenizer.vocab_size) != (
+            type(theirs), theirs.vocab_size):
+        raise ValueError(f"the checkpoint in {args.out} has a tokenizer of "
+                         f"{tokenizer.vocab_size} tokens, the shards in {args.data} another")
+    return run_training(args, argv, train_module, model_config, train_config, tokenizer or theirs,
+                        TokenShards(args.data, "train"), TokenShards(args.data, "val"))
+
+
+def run_training(args: argparse.Namespace, argv: list[str], train_module: Any,
+                 model_config: GPTConfig, train_config: TrainConfig, tokenizer: Any,
+                 train_data: Any, val_data: Any) -> int:
+    """Call ``train_module.train`` on the data, print a summary line (or how to resume)."""
+    from tinygpt.checkpoint import load_checkpoint
+    from tinygpt.distributed import is_main_process
+
+    out = Path(args.out).expanduser()
     model_config = dataclasses.replace(model_config, vocab_size=tokenizer.vocab_size)
     cli_checks.check_train_run(model_config, train_config)  # with the tokenizer's vocab_size
     start = time.perf_counter()
     try:
         history = train_module.train(
-            model_config, train_config, torch.tensor(train_ids), torch.tensor(val_ids),
+            model_config, train_config, train_data, val_data,
             out_dir=out, tokenizer=tokenizer, resume=args.resume, progress=not args.quiet)
     except KeyboardInterrupt:
         try:

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from tinygpt.checks import check_instance, check_int
 from tinygpt.config import GPTConfig, TrainConfig
@@ -35,6 +36,7 @@ from tinygpt.muon import configure_muon
 from tinygpt.resume import start_run
 from tinygpt.runtime import autocast, keep_freed_memory, resolve_device
 from tinygpt.saving import RunSaver, TrainingDivergedError, claimed
+from tinygpt.shards import TokenShards
 
 Record = dict[str, Any]  # one history entry: {"step", "loss", "lr", "tokens_per_s", ...}
 
@@ -47,6 +49,8 @@ def get_batch(data: Tensor, batch_size: int, block_size: int,
     drawn offset ``i`` in ``[0, N - T - 1]`` (with ``generator``); ``x = data[i : i+T]`` and
     ``y = data[i+1 : i+T+1]``, so ``y[b, t]`` is the token that follows ``x[b, t]``.
     """
+    if isinstance(data, TokenShards):  # memory-mapped shards: the same draws, per shard
+        return data.get_batch(batch_size, block_size, generator)
     _check_batch_args(data, batch_size, block_size)
     N = data.numel()
     ix = torch.randint(N - block_size, (batch_size,), generator=generator)  # (B,)
@@ -135,7 +139,9 @@ def estimate_loss(model: GPT, splits: Mapping[str, Tensor], config: TrainConfig,
 
 
 def _as_tokens(data: object, name: str, config: GPTConfig) -> Tensor:
-    """``data`` as a 1-D int64 CPU tensor of ids in ``[0, V)``, long enough for one window."""
+    """``data`` as 1-D int64 CPU ids in ``[0, V)``, one window long (``TokenShards``: checked)."""
+    if isinstance(data, TokenShards):
+        return data.check(name, config.block_size, config.vocab_size)  # type: ignore[return-value]
     try:
         t = data if isinstance(data, Tensor) else torch.as_tensor(data)
     except (TypeError, ValueError, RuntimeError):
@@ -272,10 +278,7 @@ def _evaluate(model: GPT, train_data: Tensor, val_data: Tensor, cfg: TrainConfig
     return all_reduce_mean(losses, ctx, weight=mine)
 
 
-def _printer(show: bool) -> Callable[[str], None]:
-    """Print a line above the progress bar (``show``), or nothing."""
-    from tqdm.auto import tqdm
-
+def _printer(show: bool) -> Callable[[str], None]:  # a line above the progress bar, or none
     return tqdm.write if show else lambda text: None
 
 
@@ -286,8 +289,6 @@ def _log(record: Record, say: Callable[[str], None]) -> None:
 
 
 def _progress_bar(total: int, done: int, show: bool) -> Any:
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, initial=done, disable=not show, unit="step")
 
 

@@ -1,0 +1,257 @@
+"""``tinygpt prepare``: text files to a tokenizer and token shards (``tinygpt.shards``).
+
+A file is a document, and so is each ``<|endoftext|>``-separated part of one. Each document
+goes to the validation split when a seeded hash of its name (file, number) falls below
+``val_fraction``, else to training; BPE documents end with the ``<|endoftext|>`` token. Files are
+read in chunks and each document cut into parts at settled pre-split boundaries
+(``tinygpt.stream.ready_prefix``), so memory stays bounded by the part size, a batch of parts
+and one shard, whatever the corpus. Worker processes encode the parts, in order: the shards are
+the same bytes for any number of workers. Each shard is written to a temporary name and renamed;
+after each, ``.shards-progress.json`` records it and where in the input it ended, so a re-run
+after a kill skips the finished shards; ``shards.json`` is written last. It does not read
+shards (``tinygpt.shards``) or parse the command line (``tinygpt.cli_prepare``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+from tinygpt import shards as S
+from tinygpt.data import write_atomically
+from tinygpt.stream import ready_prefix
+
+EOT = "<|endoftext|>"
+PART_CHARS = 1 << 18  # characters per part sent to a worker
+READ_CHARS = 1 << 20  # characters read from a file at a time
+
+
+@dataclass(frozen=True)
+class Options:
+    """What ``prepare`` makes: the tokenizer (``char``, ``bpe`` of ``vocab_size`` or ``gpt2``),
+    the split's ``val_fraction`` and ``seed``, and ``shard_tokens`` tokens per shard."""
+
+    tokenizer: str = "bpe"
+    vocab_size: int = 512
+    val_fraction: float = 0.1
+    seed: int = 1337
+    shard_tokens: int = 100_000_000
+
+
+def is_val(name: str, index: int, options: Options) -> bool:
+    """Whether document ``index`` of file ``name`` is held out: a seeded hash below the fraction."""
+    h = hashlib.sha256(f"{options.seed}:{name}:{index}".encode()).digest()
+    return int.from_bytes(h[:8], "little") / 2**64 < options.val_fraction
+
+
+def doc_pieces(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """``(document number, text, last piece of the document)`` of a file, read in chunks."""
+    keep = len(EOT) - 1  # a separator may straddle two chunks
+    index, carry = 0, ""
+    with open(path, encoding="utf-8", newline="") as f:
+        while chunk := f.read(READ_CHARS):
+            *done, carry = (carry + chunk).split(EOT)
+            for text in done:
+                yield index, text, True
+                index += 1
+            held = next((k for k in range(min(keep, len(carry)), 0, -1)
+                         if EOT.startswith(carry[-k:])), 0)
+            if len(carry) > held:
+                yield index, carry[:len(carry) - held], False
+                carry = carry[len(carry) - held:]
+    yield index, carry, True
+
+
+def parts(files: list[tuple[str, Path]], split_fn: Callable[[str], list[str]] | None,
+          options: Options) -> Iterator[tuple[str, str, bool]]:
+    """``(split, text, ends a document)``: every non-empty document, cut into parts of about
+    ``PART_CHARS`` that encode on their own as within the whole document."""
+    for name, path in files:
+        buffer, size, started = [], 0, False
+        for index, text, last in doc_pieces(path):
+            buffer.append(text)
+            size += len(text)
+            if size < PART_CHARS and not last:
+                continue
+            joined = "".join(buffer)
+            split = "val" if is_val(name, index, options) else "train"
+            cut = len(joined) if last or split_fn is None else ready_prefix(joined, split_fn)
+            if cut or (last and started):  # an empty document is left out
+                yield split, joined[:cut], last
+            started = not last and (started or cut > 0)
+            buffer, size = [joined[cut:]], len(joined) - cut
+
+
+# --- the worker processes ----------------------------------------------------------------------
+
+_TOKENIZER: Any = None
+
+
+def _init(tokenizer: Any) -> None:
+    global _TOKENIZER
+    _TOKENIZER = tokenizer
+
+
+def _encode(text: str) -> np.ndarray:
+    import numpy as np
+
+    tok = _TOKENIZER
+    ids = tok.encode_ordinary(text) if hasattr(tok, "encode_ordinary") else tok.encode(text)
+    return np.asarray(ids, dtype=np.int64)
+
+
+def _count(args: tuple[str, str | None]) -> Counter:
+    import regex
+
+    text, pattern = args
+    return Counter(regex.findall(pattern, text) if pattern else [text])
+
+
+class Mapper:
+    """``map`` over ``workers`` processes (in this one for 1), order kept, in bounded batches."""
+
+    def __init__(self, workers: int, tokenizer: Any = None) -> None:
+        self.pool = None
+        _init(tokenizer)
+        if workers > 1:
+            import multiprocessing
+
+            self.pool = multiprocessing.get_context("spawn").Pool(workers, _init, (tokenizer,))
+        self.workers = workers
+
+    def map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        return self.pool.map(fn, items, chunksize=1) if self.pool else list(map(fn, items))
+
+    def close(self) -> None:
+        if self.pool:
+            self.pool.terminate()
+
+
+def batches(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+# --- the tokenizer -----------------------------------------------------------------------------
+
+def make_tokenizer(files: list[tuple[str, Path]], options: Options, workers: int) -> Any:
+    """The tokenizer of ``options``: GPT-2's, the characters of every document, or BPE learned on
+    the training documents' pre-split chunks (counted by the workers, then merged)."""
+    from tinygpt.bpe import resolve_pattern, train_merges
+    from tinygpt.tokenizer import BPETokenizer, CharTokenizer
+
+    if options.tokenizer == "gpt2":
+        from tinygpt.gpt2 import load_tokenizer, tokenizer_files
+
+        return load_tokenizer(*tokenizer_files())
+    if options.tokenizer == "char":
+        chars: set[str] = set()
+        for _, text, _ in parts(files, None, options):
+            chars.update(text)
+        return CharTokenizer(sorted(chars))
+    import regex
+
+    pattern = resolve_pattern("gpt4")
+    mapper, chunks = Mapper(workers), Counter()
+    try:
+        train_parts = (text for split, text, _ in parts(files, regex.compile(pattern).findall,
+                                                          options) if split == "train")
+        for batch in batches(train_parts, 4 * workers):
+            for counted in mapper.map(_count, [(t, pattern) for t in batch]):
+                chunks.update(counted)
+    finally:
+        mapper.close()
+    merges = train_merges(chunks, max(0, options.vocab_size - 257))
+    tokens = [bytes([b]) for b in range(256)]
+    for a, b in merges:
+        tokens.append(tokens[a] + tokens[b])
+    return BPETokenizer(tokens + [EOT.encode()], merges, "gpt4", {EOT: len(tokens)})
+
+
+def tokenizer_entry(tokenizer: Any, out: Path) -> dict[str, Any]:
+    """The manifest's ``tokenizer``: a char tokenizer's characters, or BPE's saved file."""
+    from tinygpt.tokenizer import CharTokenizer
+
+    if isinstance(tokenizer, CharTokenizer):
+        return {"type": "char", "chars": tokenizer.chars}
+    tmp = out / f".{S.TOKENIZER_FILE}.part"
+    tokenizer.save(tmp)  # also writes .tokenizer.json.vocab, renamed below
+    data = tmp.read_bytes()
+    os.replace(tmp.with_suffix(".vocab"), out / Path(S.TOKENIZER_FILE).with_suffix(".vocab"))
+    write_atomically(data, out / S.TOKENIZER_FILE)
+    tmp.unlink()
+    return {"type": "bpe", "file": S.TOKENIZER_FILE, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def fingerprint(files: list[tuple[str, Path]], options: Options) -> dict[str, Any]:
+    """What a re-run must find unchanged to reuse a run's shards: options, files' sizes and
+    modification times."""
+    stats = [(name, p.stat()) for name, p in files]
+    return {"options": asdict(options),
+            "inputs": [[n, s.st_size, s.st_mtime_ns] for n, s in stats]}
+
+
+def save_json(out: Path, name: str, manifest: dict[str, Any]) -> None:
+    write_atomically(json.dumps(manifest, indent=1).encode(), out / name)
+
+
+# --- inputs, output folder, and the run --------------------------------------------------------
+
+def find_inputs(spec: str | os.PathLike[str]) -> list[tuple[str, Path]]:
+    """``(name, path)`` of each input file, sorted: a file, a folder's files (recursively, hidden
+    ones left out) or a glob's matches."""
+    import glob
+
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return [(path.name, path)]
+    if path.is_dir():
+        found = [(p.relative_to(path).as_posix(), p) for p in sorted(path.rglob("*"))
+                 if p.is_file() and not any(s.startswith(".") for s in p.relative_to(path).parts)]
+    else:
+        found = [(m, Path(m)) for m in sorted(glob.glob(os.fspath(path), recursive=True))
+                 if Path(m).is_file()]
+    if not found:
+        raise ValueError(f"{spec}: no such file, no file in that folder, or no file matches that "
+                         "pattern; prepare takes a text file, a folder of them or a glob")
+    return found
+
+
+def own_file(name: str) -> bool:
+    """Whether ``name`` is one that prepare writes (only those are ever replaced)."""
+    import re
+
+    return name in (S.MANIFEST, S.PROGRESS, S.TOKENIZER_FILE, "tokenizer.vocab") or bool(
+        re.fullmatch(r"(train|val)_\d{6}\.bin|\..+\.part", name))
+
+
+def check_out(out: Path, files: list[tuple[str, Path]]) -> Path:
+    """``out`` if prepare may write there: new, empty, or a shards folder (its own files only)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; prepare writes a folder and never replaces it")
+    if any(out.resolve() in p.resolve().parents for _, p in files):
+        raise ValueError(f"--out {out} holds input files: choose a folder of its own")
+    if out.is_dir() and any(out.iterdir()):
+        others = sorted(p.name for p in out.iterdir() if not own_file(p.name))
+        ours = (out / S.MANIFEST).is_file() or (out / S.PROGRESS).is_file()
+        if others or not ours:
+            shown = ", ".join((others or sorted(p.name for p in out.iterdir()))[:3])
+            raise ValueError(f"--out {out} is not empty ({shown}...) and is not a tinygpt shards "
+                             "folder: choose a new or empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    return out

@@ -1,0 +1,182 @@
+"""``write_shards``: the run of ``tinygpt prepare``, from input files to a finished shards folder.
+
+It handles the order of the work: check the inputs and the folder, reuse a finished folder of
+the same inputs and options (checked by the manifest) or the finished shards of a killed run
+(``.shards-progress.json``), make the tokenizer, encode the parts of the documents in worker
+processes (``tinygpt.prepare``), cut the tokens of each split into shards of ``shard_tokens``,
+write each one to a temporary name and rename it, and write ``shards.json`` last. It does not
+split or encode text itself (``tinygpt.prepare``) or read shards (``tinygpt.shards``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tinygpt import prepare as P
+from tinygpt import shards as S
+from tinygpt.data import write_atomically
+
+
+def _write_shard(out: Path, name: str, tokens: np.ndarray) -> str:
+    """Write one shard through a temporary name; its SHA-256."""
+    data = tokens.tobytes()
+    write_atomically(data, out / name)
+    return hashlib.sha256(data).hexdigest()
+
+
+def _reusable(out: Path, name: str, fp: dict[str, Any]) -> dict[str, Any] | None:
+    """The manifest ``name`` in ``out`` if it is of these inputs and options and its shards are
+    intact, else None."""
+    if not (out / name).is_file():
+        return None
+    manifest = S.read_manifest(out, name)
+    if manifest.get("fingerprint") != fp:
+        return None
+    dtype = np.dtype(manifest["dtype"])
+    try:
+        for split in S.SPLITS:
+            for entry in manifest["shards"][split]:
+                S.check_shard(out, entry, dtype)
+        S.load_tokenizer(out, manifest)
+    except (S.ShardError, OSError):
+        return None
+    return manifest
+
+
+def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
+                 options: P.Options | None = None, workers: int | None = None,
+                 progress: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Tokenize ``inputs`` (a file, folder or glob) into shards in ``out``; the manifest.
+
+    A finished ``out`` of the same inputs and options is returned as it is; a killed run's
+    finished shards are kept. Another shards folder is refused unless ``overwrite``.
+    """
+    options = options or P.Options()
+    if options.tokenizer not in ("char", "bpe", "gpt2"):
+        raise ValueError(f"tokenizer must be char, bpe or gpt2, got {options.tokenizer!r}")
+    if not 0 < options.val_fraction < 1:
+        raise ValueError(f"--val-fraction must be in (0, 1), got {options.val_fraction}")
+    if options.shard_tokens < 1 or (options.tokenizer == "bpe" and options.vocab_size < 257):
+        raise ValueError("--shard-tokens must be positive and --vocab-size at least 257 (256 "
+                         f"bytes and <|endoftext|>), got {options.shard_tokens}, "
+                         f"{options.vocab_size}")
+    workers = workers or os.cpu_count() or 1
+    if workers < 1:
+        raise ValueError(f"--workers must be positive, got {workers}")
+    files = P.find_inputs(inputs)
+    folder = Path(inputs).expanduser().resolve()
+    if folder.is_dir() and folder in [Path(out).resolve(), *Path(out).resolve().parents]:
+        raise ValueError(f"--out {out} is inside the input folder {inputs}: a re-run would read "
+                         "the shards as text; choose a folder outside it")
+    out = P.check_out(Path(out).expanduser(), files)
+    fp = P.fingerprint(files, options)
+    done = _reusable(out, S.MANIFEST, fp)
+    if done is not None:
+        return done
+    if (out / S.MANIFEST).is_file() and not overwrite:
+        raise ValueError(f"{out} holds shards of other inputs or options (or altered ones): "
+                         "choose another --out, or pass --overwrite to replace them")
+    state = _reusable(out, S.PROGRESS, fp)
+    if state is None:
+        for p in out.iterdir():  # only prepare's own files are in out (check_out)
+            p.unlink()
+        state = _start(files, options, workers, out, fp)
+    try:
+        manifest = _encode_all(files, options, workers, out, state, progress)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"an input file is not UTF-8 text ({err.reason} at byte "
+                         f"{err.start} of a chunk)") from None
+    P.save_json(out, S.MANIFEST, manifest)  # last: the folder is finished
+    (out / S.PROGRESS).unlink()
+    return manifest
+
+
+def _start(files: list, options: P.Options, workers: int, out: Path,
+           fp: dict[str, Any]) -> dict[str, Any]:
+    """The progress manifest of a new run, once the tokenizer is made and saved."""
+    try:
+        tokenizer = P.make_tokenizer(files, options, workers)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"an input file is not UTF-8 text ({err.reason})") from None
+    vocab = tokenizer.vocab_size
+    state = {"format": S.FORMAT, "version": S.VERSION, "fingerprint": fp,
+             "tokenizer": P.tokenizer_entry(tokenizer, out), "vocab_size": vocab,
+             "dtype": S.shard_dtype(vocab).str,
+             "eot": getattr(tokenizer, "special_tokens", {}).get(P.EOT),
+             "shards": {s: [] for s in S.SPLITS},
+             "resume": {s: [0, 0] for s in S.SPLITS}}  # (part, token) after the last shard
+    P.save_json(out, S.PROGRESS, state)
+    return state
+
+
+def _encode_all(files: list, options: P.Options, workers: int, out: Path,
+                state: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """Encode every part not in a finished shard; write the shards; the finished manifest."""
+    import regex
+    from tqdm.auto import tqdm
+
+    tokenizer = S.load_tokenizer(out, state)
+    dtype, eot, resume = np.dtype(state["dtype"]), state["eot"], state["resume"]
+    split_fn = getattr(tokenizer, "_split", None)
+    if split_fn is None and state["tokenizer"]["type"] == "bpe":
+        split_fn = regex.compile(tokenizer.pattern).findall
+    buffers: dict[str, list[list[Any]]] = {s: [] for s in S.SPLITS}  # [part, offset, tokens]
+    documents = dict.fromkeys(S.SPLITS, 0)
+
+    def flush(split: str, n: int) -> None:
+        taken, pieces = 0, []
+        while taken < n:
+            g, offset, arr = buffers[split][0]
+            use = arr[:n - taken]
+            pieces.append(use)
+            taken += len(use)
+            if len(use) == len(arr):
+                buffers[split].pop(0)
+            else:
+                buffers[split][0] = [g, offset + len(use), arr[len(use):]]
+        tokens = np.concatenate(pieces).astype(dtype)
+        entries = state["shards"][split]
+        name = S.shard_name(split, len(entries))
+        entries.append({"file": name, "tokens": len(tokens),
+                        "sha256": _write_shard(out, name, tokens)})
+        state["resume"][split] = [g, offset + len(use)]
+        P.save_json(out, S.PROGRESS, state)
+
+    total = sum(p.stat().st_size for _, p in files)
+    bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc="prepare")
+    mapper = P.Mapper(workers, tokenizer)
+    try:
+        units = enumerate(P.parts(files, split_fn, options))
+        for batch in P.batches(units, 4 * workers):
+            documents.update({s: documents[s] + sum(u[0] == s and u[2] for _, u in batch)
+                              for s in S.SPLITS})
+            todo = [(g, u) for g, u in batch if g >= resume[u[0]][0]]
+            encoded = mapper.map(P._encode, [u[1] for _, u in todo])
+            for (g, (split, _, last)), arr in zip(todo, encoded, strict=True):
+                if last and eot is not None:
+                    arr = np.append(arr, eot)
+                offset = resume[split][1] if g == resume[split][0] else 0
+                buffers[split].append([g, offset, arr[offset:].astype(dtype)])  # 2 bytes an id
+                while sum(len(b[2]) for b in buffers[split]) >= options.shard_tokens:
+                    flush(split, options.shard_tokens)
+            bar.update(sum(len(u[1].encode()) for _, u in batch))
+        for split in S.SPLITS:
+            left = sum(len(b[2]) for b in buffers[split])
+            if left:
+                flush(split, left)
+    finally:
+        mapper.close()
+        bar.close()
+    tokens = {s: sum(e["tokens"] for e in state["shards"][s]) for s in S.SPLITS}
+    if min(tokens.values()) == 0:
+        raise ValueError(f"the split by document left {tokens['train']} training and "
+                         f"{tokens['val']} validation tokens ({documents['train']} and "
+                         f"{documents['val']} documents): give more documents (files, or "
+                         "<|endoftext|> between documents) or another --val-fraction")
+    manifest = {k: v for k, v in state.items() if k != "resume"}
+    return {**manifest, "tokens": tokens, "documents": documents}

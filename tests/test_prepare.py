@@ -1,0 +1,248 @@
+"""``tinygpt prepare`` (``tinygpt.prepare``, ``tinygpt.shardwrite``): shards that round-trip to the
+documents, a manifest that catches altered shards, determinism, idempotence, a killed run, bounded
+memory, one-line CLI errors."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tiktoken
+
+from tinygpt import shardwrite
+from tinygpt.cli import main
+from tinygpt.gpt2 import load_tokenizer as gpt2
+from tinygpt.gpt2 import tokenizer_files
+from tinygpt.prepare import EOT, Options, is_val
+from tinygpt.shards import ShardError, TokenShards, load_tokenizer, read_manifest
+
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog;", "sun,", "moon",
+         "and", "star!\n", "café", "naïve", "雪"]
+
+
+def make_corpus(folder: Path, files: int = 5, docs: int = 4, words: int = 200,
+                seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        texts = [" ".join(rng.choice(WORDS) for _ in range(words)) for _ in range(docs)]
+        (folder / f"doc{f}.txt").write_text(EOT.join(texts), encoding="utf-8")
+    return folder
+
+
+def documents(folder: Path, options: Options) -> dict[str, list[str]]:
+    """Each split's documents, found independently of prepare: split the files on EOT."""
+    out: dict[str, list[str]] = {"train": [], "val": []}
+    for path in sorted(folder.iterdir()):
+        for i, doc in enumerate(path.read_text(encoding="utf-8").split(EOT)):
+            if doc:
+                out["val" if is_val(path.name, i, options) else "train"].append(doc)
+    return out
+
+
+def decoded(out: Path, split: str) -> str:
+    tokenizer = load_tokenizer(out)
+    ids = np.concatenate(TokenShards(out, split).arrays).tolist()
+    return tokenizer.decode(ids)
+
+
+def shard_bytes(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+SMALL = Options(tokenizer="bpe", vocab_size=300, val_fraction=0.25, seed=3, shard_tokens=700)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "char"])
+def test_shards_round_trip_to_the_documents_of_each_split(tmp_path, kind):
+    corpus = make_corpus(tmp_path / "in")
+    options = Options(kind, 300, 0.25, 3, 700)
+    manifest = shardwrite.write_shards(corpus, tmp_path / "out", options, workers=1)
+    docs = documents(corpus, options)
+    assert docs["train"] and docs["val"]
+    sep = EOT if kind == "bpe" else ""  # BPE documents end with <|endoftext|>
+    for split in ("train", "val"):
+        assert decoded(tmp_path / "out", split) == "".join(d + sep for d in docs[split])
+        assert manifest["documents"][split] == len(docs[split])
+    assert len(manifest["shards"]["train"]) > 1  # several shards, cut mid-document
+    assert np.dtype(manifest["dtype"]) == np.uint16
+
+
+def test_the_manifest_detects_a_truncated_or_altered_shard(tmp_path):
+    out = tmp_path / "out"
+    shardwrite.write_shards(make_corpus(tmp_path / "in"), out, SMALL, workers=1)
+    shard = out / "train_000001.bin"
+    good = shard.read_bytes()
+    shard.write_bytes(good[:-2])
+    with pytest.raises(ShardError, match="truncated or altered"):
+        TokenShards(out, "train")
+    shard.write_bytes(bytes([good[0] ^ 1]) + good[1:])
+    with pytest.raises(ShardError, match=r"SHA-256 .* altered"):
+        TokenShards(out, "train")
+
+
+def test_prepare_is_deterministic_for_any_number_of_workers(tmp_path):
+    corpus = make_corpus(tmp_path / "in")
+    shardwrite.write_shards(corpus, tmp_path / "a", SMALL, workers=1)
+    shardwrite.write_shards(corpus, tmp_path / "b", SMALL, workers=2)
+    assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
+
+
+def test_a_rerun_reuses_the_finished_shards_and_other_options_are_refused(tmp_path, monkeypatch):
+    corpus, out = make_corpus(tmp_path / "in"), tmp_path / "out"
+    first = shardwrite.write_shards(corpus, out, SMALL, workers=1)
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    monkeypatch.setattr(shardwrite, "_write_shard", lambda *a: pytest.fail("rewrote a shard"))
+    assert shardwrite.write_shards(corpus, out, SMALL, workers=1) == first
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    other = Options("bpe", 290, 0.25, 3, 700)
+    with pytest.raises(ValueError, match="other inputs or options"):
+        shardwrite.write_shards(corpus, out, other, workers=1)
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    corpus = make_corpus(tmp_path / "in")
+    shardwrite.write_shards(corpus, tmp_path / "straight", SMALL, workers=1)
+    real, calls = shardwrite._write_shard, []
+
+    def dies_after_two(out, name, tokens):
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # killed after two shards
+        calls.append(name)
+        return real(out, name, tokens)
+
+    monkeypatch.setattr(shardwrite, "_write_shard", dies_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        shardwrite.write_shards(corpus, tmp_path / "killed", SMALL, workers=1)
+    assert not (tmp_path / "killed" / "shards.json").exists()  # not finished: no manifest
+    with pytest.raises(ShardError, match="not a finished shards folder"):
+        TokenShards(tmp_path / "killed")
+    rewritten: list[str] = []
+    monkeypatch.setattr(shardwrite, "_write_shard",
+                        lambda out, name, tokens: rewritten.append(name) or real(out, name, tokens))
+    shardwrite.write_shards(corpus, tmp_path / "killed", SMALL, workers=1)
+    assert not set(calls) & set(rewritten)  # the two finished shards were kept, not redone
+    assert shard_bytes(tmp_path / "killed") == shard_bytes(tmp_path / "straight")
+
+
+def test_a_folder_that_is_not_a_shards_folder_is_refused_and_left_alone(tmp_path):
+    corpus, out = make_corpus(tmp_path / "in"), tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a tinygpt shards folder"):
+        shardwrite.write_shards(corpus, out, SMALL, workers=1)
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    with pytest.raises(ValueError, match="inside the input folder"):
+        shardwrite.write_shards(corpus, corpus / "shards", SMALL, workers=1)
+
+
+def test_gpt2_shards_are_gpt2_token_ids(tmp_path):
+    corpus = make_corpus(tmp_path / "in", files=2)
+    options = Options("gpt2", val_fraction=0.3, seed=1)
+    shardwrite.write_shards(corpus, tmp_path / "out", options, workers=1)
+    enc = tiktoken.Encoding("gpt2-local", pat_str=gpt2(*tokenizer_files()).pattern,
+                            mergeable_ranks=dict(ranks_of(gpt2(*tokenizer_files()))),
+                            special_tokens={EOT: 50256})
+    docs = documents(corpus, options)
+    want = [i for d in docs["train"] for i in enc.encode_ordinary(d) + [50256]]
+    assert np.concatenate(TokenShards(tmp_path / "out").arrays).tolist() == want
+
+
+def ranks_of(tokenizer):
+    return {t: i for i, t in enumerate(tokenizer.tokens[:50256])}
+
+
+MEMORY_SCRIPT = """
+import resource, sys
+from tinygpt.prepare import Options
+from tinygpt.shardwrite import write_shards
+write_shards(sys.argv[1], sys.argv[2], Options("char", val_fraction=0.5, shard_tokens=1 << 20),
+             workers=1)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def peak_kib(tmp_path: Path, name: str, megabytes: int) -> int:
+    corpus = tmp_path / name
+    corpus.mkdir()
+    line = "".join(random.Random(0).choice("abcdefgh \n") for _ in range(1 << 16))
+    with open(corpus / "big.txt", "w") as f:
+        for i in range(megabytes * 16):
+            f.write(line + (EOT if i % 7 == 6 else ""))
+    src = str(Path(__file__).parent.parent / "src")
+    run = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(corpus),
+                          str(tmp_path / f"{name}-out")], capture_output=True, text=True,
+                         env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"}, check=True)
+    return int(run.stdout.split()[-1])
+
+
+def test_prepare_streams_in_bounded_memory(tmp_path):
+    small, large = peak_kib(tmp_path, "small", 8), peak_kib(tmp_path, "large", 48)
+    assert large - small < 20 * 1024, (small, large)  # 40 MB more text, < 20 MB more memory
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["prepare", "/no/such/file.txt", "--out", "X"], "no such file"),
+    (["prepare", "IN", "--out", "AFILE"], "is a file"),
+    (["prepare", "IN", "--out", "X", "--val-fraction", "1.5"], "--val-fraction must be"),
+    (["prepare", "IN", "--out", "X", "--vocab-size", "100"], "--vocab-size at least 257"),
+])
+def test_prepare_errors_are_one_line(tmp_path, capsys, argv, message):
+    corpus = make_corpus(tmp_path / "IN", files=2)
+    (tmp_path / "afile").write_text("mine")
+    names = {"IN": corpus, "X": tmp_path / "x", "AFILE": tmp_path / "afile"}
+    argv = [str(names.get(a, a)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tinygpt: error:") and message in err and err.count("\n") == 1
+
+
+def test_a_single_document_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "one.txt").write_text("just one document " * 50)
+    assert main(["prepare", str(tmp_path / "one.txt"), "--out", str(tmp_path / "o"),
+                 "--quiet", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "validation tokens" in err and err.count("\n") == 1
+
+
+def test_the_tokenizer_file_is_json_and_checked(tmp_path):
+    out = tmp_path / "out"
+    shardwrite.write_shards(make_corpus(tmp_path / "in"), out, SMALL, workers=1)
+    entry = read_manifest(out)["tokenizer"]
+    data = (out / entry["file"]).read_bytes()
+    assert data.startswith(b"{") and hashlib.sha256(data).hexdigest() == entry["sha256"]
+    (out / entry["file"]).write_bytes(data + b" ")  # still valid JSON, but altered
+    with pytest.raises(ShardError, match="altered"):
+        load_tokenizer(out)
+
+
+def test_bpe_counted_by_workers_learns_what_bpe_train_learns_on_the_training_documents(tmp_path):
+    from tinygpt.tokenizer import BPETokenizer
+
+    corpus = make_corpus(tmp_path / "in")
+    shardwrite.write_shards(corpus, tmp_path / "out", SMALL, workers=2)
+    docs = documents(corpus, SMALL)["train"]
+    reference = BPETokenizer.train(EOT.join(docs), SMALL.vocab_size, special_tokens=[EOT])
+    ours = load_tokenizer(tmp_path / "out")
+    assert ours.merges == reference.merges and ours.tokens == reference.tokens
+    assert ours.special_tokens == reference.special_tokens == {EOT: SMALL.vocab_size - 1}
+
+
+def test_tiny_reads_and_parts_give_the_same_shards(tmp_path, monkeypatch):
+    """Files read 5 characters at a time (a separator split across reads) and documents cut
+    into parts of about 40 characters encode exactly as whole documents do."""
+    import tinygpt.prepare as prepare
+
+    corpus = make_corpus(tmp_path / "in", files=3)
+    shardwrite.write_shards(corpus, tmp_path / "whole", SMALL, workers=1)
+    monkeypatch.setattr(prepare, "READ_CHARS", 5)
+    monkeypatch.setattr(prepare, "PART_CHARS", 40)
+    shardwrite.write_shards(corpus, tmp_path / "pieces", SMALL, workers=1)
+    assert shard_bytes(tmp_path / "pieces") == shard_bytes(tmp_path / "whole")
+    docs = documents(corpus, SMALL)
+    assert decoded(tmp_path / "pieces", "val") == "".join(d + EOT for d in docs["val"])

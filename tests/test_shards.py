@@ -1,0 +1,120 @@
+"""Training from token shards (``tinygpt.shards.TokenShards``, ``tinygpt train --data DIR``):
+the same run as from the in-memory tensor, resumable bit for bit, windows inside a shard."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from test_prepare import make_corpus
+
+from tinygpt.checkpoint import load_checkpoint
+from tinygpt.cli import main
+from tinygpt.config import GPTConfig, TrainConfig
+from tinygpt.prepare import Options
+from tinygpt.shards import TokenShards
+from tinygpt.shardwrite import write_shards
+from tinygpt.train import get_batch, train
+
+MODEL = GPTConfig(vocab_size=1, block_size=16, n_layer=1, n_head=2, n_embd=16)
+CFG = TrainConfig(batch_size=4, max_iters=6, warmup_iters=1, learning_rate=3e-3, min_lr=3e-4,
+                  eval_interval=3, eval_iters=2)
+
+
+def without_timing(history):
+    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in history]
+
+
+def prepared(tmp_path, shard_tokens=1 << 20):
+    out = tmp_path / "shards"
+    m = write_shards(make_corpus(tmp_path / "in"), out, Options("char", val_fraction=0.3,
+                     seed=2, shard_tokens=shard_tokens), workers=1)
+    return out, m["vocab_size"]
+
+
+def tensor_of(shards: TokenShards) -> torch.Tensor:
+    return torch.from_numpy(np.concatenate(shards.arrays).astype(np.int64))
+
+
+def test_training_from_one_shard_equals_training_from_the_tensor(tmp_path):
+    out, vocab = prepared(tmp_path)
+    tr, va = TokenShards(out, "train"), TokenShards(out, "val")
+    assert len(tr.arrays) == len(va.arrays) == 1
+    model = replace(MODEL, vocab_size=vocab)
+    torch.manual_seed(0)
+    from_shards = train(model, CFG, tr, va, progress=False)
+    torch.manual_seed(0)
+    from_tensor = train(model, CFG, tensor_of(tr), tensor_of(va), progress=False)
+    assert without_timing(from_shards) == without_timing(from_tensor)
+    assert len(from_shards) == CFG.max_iters + 1
+
+
+def test_a_run_from_shards_resumes_bit_for_bit(tmp_path):
+    out, vocab = prepared(tmp_path, shard_tokens=900)
+    tr, va = TokenShards(out, "train"), TokenShards(out, "val")
+    assert len(tr.arrays) > 2
+    model = replace(MODEL, vocab_size=vocab)
+    straight = train(model, CFG, tr, va, out_dir=tmp_path / "a", progress=False)
+    train(model, CFG, tr, va, out_dir=tmp_path / "b", progress=False,
+          callback=lambda record, m: record["step"] == 3)
+    assert load_checkpoint(tmp_path / "b").step == 3
+    resumed = train(model, CFG, tr, va, out_dir=tmp_path / "b", resume=True, progress=False)
+    assert without_timing(resumed) == without_timing(straight)
+    a, b = load_checkpoint(tmp_path / "a").model, load_checkpoint(tmp_path / "b").model
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def test_windows_never_cross_a_shard_boundary_and_reach_every_shard(tmp_path):
+    out, _ = prepared(tmp_path, shard_tokens=900)
+    shards = TokenShards(out, "train")
+    T = 16
+    texts = [a.tobytes() for a in shards.arrays]
+    g = torch.Generator().manual_seed(0)
+    seen = set()
+    for _ in range(50):
+        x, y = get_batch(shards, 8, T, g)
+        assert x.shape == y.shape == (8, T) and x.dtype == torch.long
+        assert torch.equal(x[:, 1:], y[:, :-1])
+        for row in torch.cat([x, y[:, -1:]], 1):  # (T+1,): must lie inside one shard
+            window = row.numpy().astype(shards.dtype).tobytes()
+            found = [k for k, t in enumerate(texts) if window in t]
+            assert found
+            seen.update(found)
+    assert seen == set(range(len(texts)))
+
+
+def test_the_shards_are_memory_mapped(tmp_path):
+    out, _ = prepared(tmp_path)
+    assert all(isinstance(a, np.memmap) for a in TokenShards(out, "train").arrays)
+
+
+def test_cli_trains_from_a_shards_folder_and_refuses_a_tokenizer_option(tmp_path, capsys):
+    out, _ = prepared(tmp_path)
+    args = ["train", "--data", str(out), "--out", str(tmp_path / "ck"), "--max-iters", "4",
+            "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+            "--eval-iters", "2", "--quiet"]
+    assert main(args) == 0
+    assert "trained to step 4" in capsys.readouterr().out
+    assert load_checkpoint(tmp_path / "ck").tokenizer.vocab_size == TokenShards(out).vocab_size
+    assert main([*args[:4], str(tmp_path / "ck2"), "--tokenizer", "bpe", *args[5:]]) == 2
+    err = capsys.readouterr().err
+    assert "shards folder with its own tokenizer" in err and err.count("\n") == 1
+    assert main([*args[:4], str(tmp_path / "ck3"), "--val-fraction", "0.2", *args[5:]]) == 2
+    err = capsys.readouterr().err
+    assert "leave --val-fraction out" in err and err.count("\n") == 1
+
+
+def test_too_short_shards_are_a_clear_error(tmp_path):
+    out, vocab = prepared(tmp_path)
+    model = replace(MODEL, vocab_size=vocab, block_size=1 << 16)
+    with pytest.raises(ValueError, match=r"no train shard .* holds a window"):
+        train(model, CFG, TokenShards(out, "train"), TokenShards(out, "val"), progress=False)
+
+
+def test_ids_are_uint16_when_the_vocabulary_fits_else_uint32():
+    from tinygpt.shards import shard_dtype
+
+    assert shard_dtype(50257) == np.dtype("<u2") and shard_dtype(1 << 16) == np.dtype("<u2")
+    assert shard_dtype((1 << 16) + 1) == np.dtype("<u4")
