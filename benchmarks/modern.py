@@ -98,6 +98,18 @@ def run_one(model_config: GPTConfig, cfg: TrainConfig, train_ids, val_ids, check
             "run_median_ms": statistics.median(step_ms), "wall_s": wall}
 
 
+def ours(path: Path) -> bool:
+    """Whether ``path`` is missing or a result this script wrote (the only file it replaces)."""
+    if not path.exists():
+        return True
+    try:
+        done = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(done, dict) and str(done.get("command", "")).startswith(
+        "python benchmarks/modern.py")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=600, help="steps of every run (600)")
@@ -111,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("steps", "check_every", "check_chars", "timing_steps", "threads"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not ours(args.out):
+        p.error(f"--out {args.out} exists and is not a result of benchmarks/modern.py; "
+                "it is left alone: choose another path")
     torch.set_num_threads(args.threads)
     tok, train_ids, val_ids = book_data(BOOK_RECIPE.corpus)
     check_ids = val_ids[:args.check_chars]

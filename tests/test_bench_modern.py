@@ -80,3 +80,16 @@ def test_each_modern_speedrun_is_appended_with_its_command(tmp_path):
     assert json.loads(path.read_text()) == done
     assert done["runs"][1]["command"].endswith("speedrun.py --modern --sr-seed 1")
     assert "cores" in done["runs"][0]["machine"]
+
+
+def test_the_ablation_replaces_only_its_own_result(tmp_path, capsys):
+    other = tmp_path / "notes.json"
+    other.write_text('{"mine": 1}')
+    with pytest.raises(SystemExit) as stop:
+        modern.main(["--out", str(other)])
+    assert stop.value.code == 2 and "left alone" in capsys.readouterr().err
+    assert other.read_text() == '{"mine": 1}'
+    (tmp_path / "earlier.json").write_text('{"command": "python benchmarks/modern.py"}')
+    assert modern.ours(tmp_path / "earlier.json") and modern.ours(tmp_path / "missing.json")
+    (tmp_path / "text.json").write_text("not json")
+    assert not modern.ours(tmp_path / "text.json")
