@@ -21,7 +21,7 @@ recorded too.
 The result -- command, machine, target, and per run its changes, curve, steps and time to
 target -- is written to ``benchmarks/results/modern.json``, which chapter 12 reads.
 
-Usage: python benchmarks/modern.py            (about 10 minutes on one core)
+Usage: python benchmarks/modern.py            (about 12 minutes on one core)
        python benchmarks/modern.py --steps 60 --check-every 20 --out /tmp/m.json  (a quick check)
 """
 
@@ -112,11 +112,12 @@ def ours(path: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=600, help="steps of every run (600)")
-    p.add_argument("--check-every", type=int, default=25, help="steps between checks (25)")
-    p.add_argument("--check-chars", type=int, default=65_536,
-                   help="characters of the validation split a check scores (65536)")
-    p.add_argument("--timing-steps", type=int, default=20, help="steps per recipe and round")
+    p.add_argument("--steps", type=int, default=1000, help="steps of every run (1000)")
+    p.add_argument("--check-every", type=int, default=50, help="steps between checks (50)")
+    p.add_argument("--check-chars", type=int, default=32_768,
+                   help="characters of the validation split a check scores (32768)")
+    p.add_argument("--timing-steps", type=int, default=40,
+                   help="steps per recipe and round (40)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1)")
     p.add_argument("--out", type=Path, default=RESULT, help="where to write the result")
     args = p.parse_args(argv)
