@@ -57,6 +57,8 @@ CHAPTERS: list[tuple[int, str, str, list[str]]] = [
     (10, "10_scaling", "Scaling out", ["runtime", "distributed", "resume", "saving",
                                       "ckptio", "ckptcheck"]),
     (11, "11_micro", "GPT in pure Python", ["scalar_gpt"]),
+    (12, "12_modern", "The modern GPT", ["rope", "muon", "llama", "stream"]),
+    (13, "13_corpora", "Real corpora", ["prepare", "shardwrite", "shards", "cli_prepare"]),
 ]
 PACKAGE = "tinygpt"
 # Files of the package that no chapter builds (see the rules above).
