@@ -119,3 +119,17 @@ def test_plain_markdown_renderers_show_readable_text(path):
             if match.group(1) not in visible:
                 problems.append(f"cell {index}: glued value {match.group(1)!r} not shown")
     assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_source_excerpts_are_not_chosen_by_line_number(path):
+    """``show.source(obj, lines=(25, 38))`` shows other lines as soon as the package's code above
+    them changes (a docstring grows), and a page then shows a docstring's middle as code. A
+    chapter finds an excerpt's lines by their text."""
+    fixed = [
+        f"cell {index}: {match.group(0)}"
+        for index, cell in enumerate(cells(path))
+        if cell["cell_type"] == "code"
+        for match in re.finditer(r"lines=\(\s*\d+\s*,\s*\d+\s*\)", source(cell))
+    ]
+    assert not fixed, f"{path.name}: excerpts by fixed line numbers: {fixed}"
