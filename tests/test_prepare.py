@@ -22,7 +22,7 @@ from tinygpt.prepare import EOT, Options, is_val
 from tinygpt.shards import ShardError, TokenShards, load_tokenizer, read_manifest
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog;", "sun,", "moon",
-         "and", "star!\n", "café", "naïve", "雪"]
+         "and", "star!\n", "café", "naïve", "雪", " gap", "tab\t", "it's"]
 
 
 def make_corpus(folder: Path, files: int = 5, docs: int = 4, words: int = 200,
@@ -242,6 +242,7 @@ def test_tiny_reads_and_parts_give_the_same_shards(tmp_path, monkeypatch):
     shardwrite.write_shards(corpus, tmp_path / "whole", SMALL, workers=1)
     monkeypatch.setattr(prepare, "READ_CHARS", 5)
     monkeypatch.setattr(prepare, "PART_CHARS", 40)
+    monkeypatch.setattr(prepare, "COUNT_CHARS", 40)  # words counted part by part for BPE
     shardwrite.write_shards(corpus, tmp_path / "pieces", SMALL, workers=1)
     assert shard_bytes(tmp_path / "pieces") == shard_bytes(tmp_path / "whole")
     docs = documents(corpus, SMALL)

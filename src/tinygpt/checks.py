@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from collections.abc import Iterable
 from typing import Any, get_args
 
 
@@ -150,3 +151,39 @@ def check_text(text: object, name: str = "text") -> str:
         raise ValueError(f"character U+{ord(bad.group()):04X} at position {bad.start()} is a "
                          "lone surrogate, which is not text: UTF-8 cannot encode it")
     return text
+
+
+def check_vocabulary(tokens: list[bytes], merges: list[tuple[int, int]],
+                     special_tokens: dict[str, int]) -> None:
+    """Raise ValueError unless bytes, merges and specials make a consistent BPE vocabulary."""
+    n = 256 + len(merges)
+    if sorted(tokens[:256]) != [bytes([b]) for b in range(256)]:
+        raise ValueError("ids 0..255 must be the 256 single bytes")
+    if len(tokens) != n + len(special_tokens):
+        raise ValueError(f"expected {n + len(special_tokens)} tokens (256 bytes, "
+                         f"{len(merges)} merges, {len(special_tokens)} specials), "
+                         f"got {len(tokens)}")
+    for i, (a, b) in enumerate(merges):
+        if not (0 <= a < 256 + i and 0 <= b < 256 + i
+                and tokens[256 + i] == tokens[a] + tokens[b]):
+            raise ValueError(f"merge {i} ({a}, {b}) does not make token {256 + i}")
+    for j, (name, idx) in enumerate(special_tokens.items()):
+        if idx != n + j:
+            raise ValueError(f"special token {name!r} must have id {n + j}, got {idx}")
+        if tokens[idx] != name.encode("utf-8"):
+            raise ValueError(f"token {idx}, special token {name!r}, must be the bytes of "
+                             f"its name, got {tokens[idx]!r}")
+
+
+def check_training(text: str, vocab_size: int, special_tokens: Iterable[str]) -> list[str]:
+    """The special tokens as a list, once ``text``, ``vocab_size`` and they are valid."""
+    check_text(text)
+    specials = list(special_tokens)
+    if isinstance(special_tokens, str) or not all(isinstance(t, str) and t for t in specials):
+        raise TypeError("special_tokens must be an iterable of non-empty strings")
+    if len(set(specials)) != len(specials):
+        raise ValueError(f"special tokens must be distinct, got {specials}")
+    if check_int(vocab_size, "vocab_size", low=0) < 256 + len(specials):
+        raise ValueError(f"vocab_size must be at least 256 + {len(specials)} special "
+                         f"tokens = {256 + len(specials)}, got {vocab_size}")
+    return specials

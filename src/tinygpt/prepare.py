@@ -4,7 +4,7 @@ A file is a document, and so is each ``<|endoftext|>``-separated part of one. Ea
 goes to the validation split when a seeded hash of its name (file, number) falls below
 ``val_fraction``, else to training; BPE documents end with the ``<|endoftext|>`` token. Files are
 read in chunks and each document cut into parts at settled pre-split boundaries
-(``tinygpt.stream.ready_prefix``), so memory stays bounded by the part size, a batch of parts
+(``tinygpt.stream.settled_cut``), so memory stays bounded by the part size, a batch of parts
 and one shard, whatever the corpus. Worker processes encode the parts, in order: the shards are
 the same bytes for any number of workers. Each shard is written to a temporary name and renamed;
 after each, ``.shards-progress.json`` records it and where in the input it ended, so a re-run
@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,11 +28,12 @@ if TYPE_CHECKING:
 
 from tinygpt import shards as S
 from tinygpt.data import write_atomically
-from tinygpt.stream import ready_prefix
+from tinygpt.stream import settled_cut, split_at_spaces, words
 
 EOT = "<|endoftext|>"
 PART_CHARS = 1 << 18  # characters per part sent to a worker
 READ_CHARS = 1 << 20  # characters read from a file at a time
+COUNT_CHARS = 1 << 21  # characters per part when counting words for BPE
 
 
 @dataclass(frozen=True)
@@ -72,19 +73,19 @@ def doc_pieces(path: Path) -> Iterator[tuple[int, str, bool]]:
 
 
 def parts(files: list[tuple[str, Path]], split_fn: Callable[[str], list[str]] | None,
-          options: Options) -> Iterator[tuple[str, str, bool]]:
+          options: Options, part_chars: int = PART_CHARS) -> Iterator[tuple[str, str, bool]]:
     """``(split, text, ends a document)``: every non-empty document, cut into parts of about
-    ``PART_CHARS`` that encode on their own as within the whole document."""
+    ``part_chars`` that encode on their own as within the whole document."""
     for name, path in files:
         buffer, size, started = [], 0, False
         for index, text, last in doc_pieces(path):
             buffer.append(text)
             size += len(text)
-            if size < PART_CHARS and not last:
+            if size < part_chars and not last:
                 continue
             joined = "".join(buffer)
             split = "val" if is_val(name, index, options) else "train"
-            cut = len(joined) if last or split_fn is None else ready_prefix(joined, split_fn)
+            cut = len(joined) if last or split_fn is None else settled_cut(joined, split_fn)
             if cut or (last and started):  # an empty document is left out
                 yield split, joined[:cut], last
             started = not last and (started or cut > 0)
@@ -106,18 +107,34 @@ def _encode(text: str) -> np.ndarray:
 
     tok = _TOKENIZER
     ids = tok.encode_ordinary(text) if hasattr(tok, "encode_ordinary") else tok.encode(text)
-    return np.asarray(ids, dtype=np.int64)
+    return np.asarray(ids, dtype=np.uint32)
 
 
-def _count(args: tuple[str, str | None]) -> Counter:
-    import regex
+def _count(text: str) -> Counter:
+    """How often each word (``tinygpt.stream.words``) occurs in ``text``, for GPT-4's pattern.
+    The pieces between spaces are counted first (in C), and only distinct ones cut into words,
+    so that ``chunk_counts`` splits only distinct words into chunks."""
+    from tinygpt.bpe import GPT4_PATTERN
 
-    text, pattern = args
-    return Counter(regex.findall(pattern, text) if pattern else [text])
+    pieces = split_at_spaces(text)
+    counts: Counter = Counter(words(pieces[0], GPT4_PATTERN))  # no space before the first
+    for piece, n in Counter(pieces[1:]).items():
+        for word in words(" " + piece, GPT4_PATTERN):
+            counts[word] += n
+    return counts
+
+
+def chunk_counts(words: Counter, split: Callable[[str], list[str]]) -> Counter:
+    """The chunks of the counted words, each word split once and counted as often as it is."""
+    chunks: Counter = Counter()
+    for word, n in words.items():
+        for chunk in split(word):
+            chunks[chunk] += n
+    return chunks
 
 
 class Mapper:
-    """``map`` over ``workers`` processes (in this one for 1), order kept, in bounded batches."""
+    """``imap`` over ``workers`` processes (in this one for 1), order kept, a few ahead."""
 
     def __init__(self, workers: int, tokenizer: Any = None) -> None:
         self.pool = None
@@ -128,23 +145,26 @@ class Mapper:
             self.pool = multiprocessing.get_context("spawn").Pool(workers, _init, (tokenizer,))
         self.workers = workers
 
-    def map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-        return self.pool.map(fn, items, chunksize=1) if self.pool else list(map(fn, items))
+    def imap(self, fn: Callable[[Any], Any], items: Iterator[tuple[Any, Any]],
+             ahead: int) -> Iterator[tuple[Any, Any]]:
+        """``(key, fn(x))`` for each ``(key, x)`` of ``items``, in order, with at most ``ahead``
+        of them at the workers: this process reads on while they encode."""
+        if self.pool is None:
+            yield from ((key, fn(x)) for key, x in items)
+            return
+        pending: deque = deque()
+        for key, x in items:
+            pending.append((key, self.pool.apply_async(fn, (x,))))
+            if len(pending) >= ahead:
+                key, result = pending.popleft()
+                yield key, result.get()
+        while pending:
+            key, result = pending.popleft()
+            yield key, result.get()
 
     def close(self) -> None:
         if self.pool:
             self.pool.terminate()
-
-
-def batches(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 # --- the tokenizer -----------------------------------------------------------------------------
@@ -166,16 +186,16 @@ def make_tokenizer(files: list[tuple[str, Path]], options: Options, workers: int
         return CharTokenizer(sorted(chars))
     import regex
 
-    pattern = resolve_pattern("gpt4")
-    mapper, chunks = Mapper(workers), Counter()
+    split = regex.compile(resolve_pattern("gpt4")).findall
+    mapper, counts = Mapper(workers), Counter()
     try:
-        train_parts = (text for split, text, _ in parts(files, regex.compile(pattern).findall,
-                                                          options) if split == "train")
-        for batch in batches(train_parts, 4 * workers):
-            for counted in mapper.map(_count, [(t, pattern) for t in batch]):
-                chunks.update(counted)
+        train_parts = (text for split_name, text, _ in parts(files, split, options, COUNT_CHARS)
+                       if split_name == "train")
+        for _, counted in mapper.imap(_count, ((None, t) for t in train_parts), 2 * workers):
+            counts.update(counted)
     finally:
         mapper.close()
+    chunks = chunk_counts(counts, split)
     merges = train_merges(chunks, max(0, options.vocab_size - 257))
     tokens = [bytes([b]) for b in range(256)]
     for a, b in merges:

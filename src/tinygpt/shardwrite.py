@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,22 +150,25 @@ def _encode_all(files: list, options: P.Options, workers: int, out: Path,
 
     total = sum(p.stat().st_size for _, p in files)
     bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc="prepare")
+
+    def todo() -> Iterator[tuple[tuple[int, str, bool, int], str]]:
+        for g, (split, text, last) in enumerate(P.parts(files, split_fn, options)):
+            documents[split] += last
+            if g >= resume[split][0]:  # parts before it are in the finished shards
+                yield (g, split, last, len(text.encode())), text
+            else:
+                bar.update(len(text.encode()))
+
     mapper = P.Mapper(workers, tokenizer)
     try:
-        units = enumerate(P.parts(files, split_fn, options))
-        for batch in P.batches(units, 4 * workers):
-            documents.update({s: documents[s] + sum(u[0] == s and u[2] for _, u in batch)
-                              for s in S.SPLITS})
-            todo = [(g, u) for g, u in batch if g >= resume[u[0]][0]]
-            encoded = mapper.map(P._encode, [u[1] for _, u in todo])
-            for (g, (split, _, last)), arr in zip(todo, encoded, strict=True):
-                if last and eot is not None:
-                    arr = np.append(arr, eot)
-                offset = resume[split][1] if g == resume[split][0] else 0
-                buffers[split].append([g, offset, arr[offset:].astype(dtype)])  # 2 bytes an id
-                while sum(len(b[2]) for b in buffers[split]) >= options.shard_tokens:
-                    flush(split, options.shard_tokens)
-            bar.update(sum(len(u[1].encode()) for _, u in batch))
+        for (g, split, last, size), arr in mapper.imap(P._encode, todo(), 4 * workers):
+            if last and eot is not None:
+                arr = np.append(arr, eot)
+            offset = resume[split][1] if g == resume[split][0] else 0
+            buffers[split].append([g, offset, arr[offset:].astype(dtype)])  # 2 bytes an id
+            while sum(len(b[2]) for b in buffers[split]) >= options.shard_tokens:
+                flush(split, options.shard_tokens)
+            bar.update(size)
         for split in S.SPLITS:
             left = sum(len(b[2]) for b in buffers[split])
             if left:

@@ -25,8 +25,14 @@ from tinygpt.bpe import (
     split_text,
     train_merges,
 )
-from tinygpt.checks import check_ids, check_instance, check_int, check_text
-from tinygpt.stream import StreamEncoding
+from tinygpt.checks import (
+    check_ids,
+    check_instance,
+    check_text,
+    check_training,
+    check_vocabulary,
+)
+from tinygpt.stream import StreamEncoding, WordCache
 
 
 def _check_chars(chars: Sequence[str]) -> list[str]:
@@ -98,42 +104,6 @@ _FORMAT, _VERSION = "tinygpt-bpe", 1
 _CACHE_LIMIT = 200_000  # distinct chunks remembered by encode before the cache is reset
 
 
-def _check_vocabulary(tokens: list[bytes], merges: list[Pair],
-                      special_tokens: dict[str, int]) -> None:
-    """Raise ValueError unless bytes, merges and specials make a consistent vocabulary."""
-    n = 256 + len(merges)
-    if sorted(tokens[:256]) != [bytes([b]) for b in range(256)]:
-        raise ValueError("ids 0..255 must be the 256 single bytes")
-    if len(tokens) != n + len(special_tokens):
-        raise ValueError(f"expected {n + len(special_tokens)} tokens (256 bytes, "
-                         f"{len(merges)} merges, {len(special_tokens)} specials), "
-                         f"got {len(tokens)}")
-    for i, (a, b) in enumerate(merges):
-        if not (0 <= a < 256 + i and 0 <= b < 256 + i
-                and tokens[256 + i] == tokens[a] + tokens[b]):
-            raise ValueError(f"merge {i} ({a}, {b}) does not make token {256 + i}")
-    for j, (name, idx) in enumerate(special_tokens.items()):
-        if idx != n + j:
-            raise ValueError(f"special token {name!r} must have id {n + j}, got {idx}")
-        if tokens[idx] != name.encode("utf-8"):
-            raise ValueError(f"token {idx}, special token {name!r}, must be the bytes of "
-                             f"its name, got {tokens[idx]!r}")
-
-
-def _check_training(text: str, vocab_size: int, special_tokens: Iterable[str]) -> list[str]:
-    """The special tokens as a list, once ``text``, ``vocab_size`` and they are valid."""
-    check_text(text)
-    specials = list(special_tokens)
-    if isinstance(special_tokens, str) or not all(isinstance(t, str) and t for t in specials):
-        raise TypeError("special_tokens must be an iterable of non-empty strings")
-    if len(set(specials)) != len(specials):
-        raise ValueError(f"special tokens must be distinct, got {specials}")
-    if check_int(vocab_size, "vocab_size", low=0) < 256 + len(specials):
-        raise ValueError(f"vocab_size must be at least 256 + {len(specials)} special "
-                         f"tokens = {256 + len(specials)}, got {vocab_size}")
-    return specials
-
-
 class BPETokenizer(StreamEncoding):
     """Byte-level BPE: ``tokens[i]`` is the bytes of id ``i``: the 256 single bytes, then one
     token per merge, then the specials. A token's id is its *rank* for :func:`encode_chunk`
@@ -143,7 +113,7 @@ class BPETokenizer(StreamEncoding):
                  pattern: str | None, special_tokens: dict[str, int] | None = None) -> None:
         tokens, merges = [bytes(t) for t in tokens], [tuple(m) for m in merges]
         special_tokens = dict(special_tokens or {})
-        _check_vocabulary(tokens, merges, special_tokens)
+        check_vocabulary(tokens, merges, special_tokens)
         n = 256 + len(merges)
         self.tokens: list[bytes] = tokens
         self.merges: list[Pair] = merges
@@ -153,7 +123,16 @@ class BPETokenizer(StreamEncoding):
         self._ranks = {t: i for i, t in reversed(list(enumerate(tokens[:n])))}
         self._split = regex.compile(self.pattern).findall if self.pattern else None
         self._covers = self.pattern in (None, GPT2_PATTERN, GPT4_PATTERN)  # by construction
-        self._cache: dict[str, list[int]] = {}
+        self.__setstate__(self.__dict__)
+
+    def __getstate__(self) -> dict:  # what pickle sends to a worker process: no caches
+        return {k: v for k, v in self.__dict__.items() if k not in ("_cache", "_words")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._cache: dict[str, list[int]] = {}  # chunk -> ids
+        known = self.pattern in (GPT2_PATTERN, GPT4_PATTERN)  # they allow cutting at words
+        self._words = WordCache(self._encode_chunks, self.pattern) if known else None
 
     @classmethod
     def train(cls, text: str, vocab_size: int, pattern: str | None = "gpt4",
@@ -161,7 +140,7 @@ class BPETokenizer(StreamEncoding):
         """Learn ``vocab_size`` tokens (256 bytes + merges + specials) on ``text``, pre-split by
         ``pattern`` (a name from :data:`tinygpt.bpe.PATTERNS`, a regex, or None); no merge
         crosses a special token. A tiny text may run out of pairs first: fewer tokens."""
-        specials = _check_training(text, vocab_size, special_tokens)
+        specials = check_training(text, vocab_size, special_tokens)
         pieces = [text]
         if specials:
             pieces = regex.split("|".join(regex.escape(s) for s in specials), text)
@@ -192,6 +171,11 @@ class BPETokenizer(StreamEncoding):
     def encode_ordinary(self, text: str) -> list[int]:
         """Encode ``text`` with no special-token handling (a special token is plain text)."""
         check_text(text)
+        if self._words is not None:  # GPT-2's or GPT-4's pattern: each distinct word once
+            return self._words.encode(text)
+        return self._encode_chunks(text)
+
+    def _encode_chunks(self, text: str) -> list[int]:
         chunks = self._split(text) if self._split else ([text] if text else [])
         if not self._covers:
             check_covered(chunks, text, self.pattern)
