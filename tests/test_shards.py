@@ -146,7 +146,8 @@ tr.get_batch = first_batch_looks  # train still gets the TokenShards object itse
 history = train(model, cfg, tr, va, out_dir=f"{out}/ck", progress=False)  # rank 0 writes
 result = {"history": history, "maps": seen["maps"],
           "memmap": [isinstance(a, np.memmap) for a in tr.arrays + va.arrays],
-          "files": [os.path.realpath(a.filename) for a in tr.arrays + va.arrays]}
+          "files": [os.path.realpath(a.filename) if isinstance(a, np.memmap) else None
+                    for a in tr.arrays + va.arrays]}
 with open(f"{out}/result-rank{rank}.json", "w") as f:
     json.dump(result, f)
 """
