@@ -118,3 +118,87 @@ def test_ids_are_uint16_when_the_vocabulary_fits_else_uint32():
 
     assert shard_dtype(50257) == np.dtype("<u2") and shard_dtype(1 << 16) == np.dtype("<u2")
     assert shard_dtype((1 << 16) + 1) == np.dtype("<u4")
+
+
+# Two ranks (torchrun, gloo on the CPU) train from one shards folder. Each rank opens it itself
+# and records, at its first batch, the files its arrays map and the shard files that the kernel
+# lists in the rank's /proc/self/maps (Linux); then it trains and saves nothing but its results.
+RANKS_SCRIPT = """
+import json, os, sys
+from dataclasses import replace
+import numpy as np
+from tinygpt.config import GPTConfig, TrainConfig
+from tinygpt.shards import TokenShards
+from tinygpt.train import train
+
+shards, out, rank = sys.argv[1], sys.argv[2], int(os.environ["RANK"])
+model, cfg = GPTConfig(**json.loads(sys.argv[3])), TrainConfig(**json.loads(sys.argv[4]))
+tr, va = TokenShards(shards, "train"), TokenShards(shards, "val")
+seen = {}
+draw = tr.get_batch
+def first_batch_looks(*args, **kwargs):
+    if not seen:
+        maps = open("/proc/self/maps").read() if os.path.exists("/proc/self/maps") else None
+        seen["maps"] = None if maps is None else sorted(
+            {line.split()[-1] for line in maps.splitlines() if line.endswith(".bin")})
+    return draw(*args, **kwargs)
+tr.get_batch = first_batch_looks  # train still gets the TokenShards object itself
+history = train(model, cfg, tr, va, out_dir=f"{out}/ck", progress=False)  # rank 0 writes
+result = {"history": history, "maps": seen["maps"],
+          "memmap": [isinstance(a, np.memmap) for a in tr.arrays + va.arrays],
+          "files": [os.path.realpath(a.filename) if isinstance(a, np.memmap) else None
+                    for a in tr.arrays + va.arrays]}
+with open(f"{out}/result-rank{rank}.json", "w") as f:
+    json.dump(result, f)
+"""
+
+
+def folder_state(folder):
+    """Each file's name, size, modification time and SHA-256: what writing or copying changes."""
+    import hashlib
+
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns,
+                     hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_torchrun_ranks_map_the_same_shard_files_and_match_one_process(tmp_path):
+    import json
+    import os
+    import sys
+
+    from test_distributed import torchrun
+
+    out, vocab = prepared(tmp_path, shard_tokens=900)
+    before = folder_state(out)
+    model = replace(MODEL, vocab_size=vocab)
+    cfg = replace(CFG, grad_accum_steps=2)
+    (tmp_path / "ranks.py").write_text(RANKS_SCRIPT)
+    torchrun(["ranks.py", str(out), str(tmp_path), json.dumps(model.__dict__),
+              json.dumps(cfg.__dict__)], cwd=tmp_path)
+    results = [json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in range(2)]
+
+    shard_files = sorted(os.path.realpath(p) for p in out.glob("*.bin"))
+    assert len(shard_files) > 3  # several train shards and a val shard
+    for r in results:  # every rank mapped the folder's files themselves: no copy elsewhere
+        assert all(r["memmap"]) and sorted(r["files"]) == shard_files
+        if sys.platform.startswith("linux"):  # the kernel's list of the rank's mappings
+            assert sorted(r["maps"]) == shard_files
+    assert folder_state(out) == before  # nothing written, copied or touched in the shards folder
+
+    # own_share: the two ranks' micro-batches are the ones one process draws in a row, so two
+    # ranks with accumulation A equal one process with 2A, up to the order of float additions
+    # (see test_distributed's test of the same equality for tensors, and its tolerance)
+    tr, va = TokenShards(out, "train"), TokenShards(out, "val")
+    one = train(model, replace(cfg, grad_accum_steps=4), tr, va, out_dir=tmp_path / "one",
+                progress=False)
+    two = load_checkpoint(tmp_path / "ck").model.state_dict()
+    for (name, p), q in zip(load_checkpoint(tmp_path / "one").model.state_dict().items(),
+                            two.values(), strict=True):
+        torch.testing.assert_close(q, p, rtol=0, atol=1e-5, msg=name)
+    for a, b in zip(results[0]["history"], one, strict=True):
+        assert a["step"] == b["step"]
+        for key in ("loss", "train_loss", "val_loss"):
+            if key in a:
+                assert a[key] == pytest.approx(b[key], rel=1e-5), (a["step"], key)
+    assert without_timing(results[0]["history"]) == without_timing(results[1]["history"])
