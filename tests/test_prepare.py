@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tiktoken
+from conftest import require_data
 
 from tinygpt import shardwrite
 from tinygpt.cli import main
@@ -184,6 +185,54 @@ def peak_kib(tmp_path: Path, name: str, megabytes: int) -> int:
 def test_prepare_streams_in_bounded_memory(tmp_path):
     small, large = peak_kib(tmp_path, "small", 8), peak_kib(tmp_path, "large", 48)
     assert large - small < 20 * 1024, (small, large)  # 40 MB more text, < 20 MB more memory
+
+
+LIMITED_SCRIPT = """
+import resource, sys
+from tinygpt.prepare import Options
+from tinygpt.shardwrite import write_shards
+corpus, out, limit, what = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))  # for this process and its workers
+try:
+    if what == "read":  # the control: the whole file does not fit under the limit
+        text = open(corpus + "/big.txt").read()
+    else:
+        write_shards(corpus, out, Options("gpt2", shard_tokens=1 << 22), workers=2)
+except MemoryError:
+    print("MemoryError")
+else:
+    print("done")
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_DATA bounds mmap'ed memory on Linux")
+def test_prepare_encodes_a_file_larger_than_its_memory_limit(tmp_path):
+    """A 280 MB file prepared by a process (and its workers) limited to 256 MiB of data each,
+    with GPT-2's tokenizer (the fastest here: no training, words from the standard re)."""
+    vocab = require_data("gpt2/vocab.json")
+    corpus = tmp_path / "in"
+    corpus.mkdir()
+    rng = random.Random(0)
+    line = " ".join(rng.choice(WORDS[:12]) for _ in range(1 << 14)) + "\n"
+    with open(corpus / "big.txt", "w") as f:
+        while f.tell() < 280_000_000:
+            f.write(line + EOT)
+    limit = 256 * 2**20
+    assert (corpus / "big.txt").stat().st_size > limit
+    src = str(Path(__file__).parent.parent / "src")
+
+    def run(what: str) -> str:
+        out = subprocess.run([sys.executable, "-c", LIMITED_SCRIPT, str(corpus),
+                              str(tmp_path / "out"), str(limit), what], capture_output=True,
+                             text=True, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin",
+                                             "TINYGPT_DATA": str(vocab.parent.parent),
+                                             "OPENBLAS_NUM_THREADS": "1"})
+        return out.stdout.strip() or out.stderr.strip().splitlines()[-1]
+
+    assert run("read") == "MemoryError"  # the limit bites
+    assert run("prepare") == "done"
+    manifest = read_manifest(tmp_path / "out")
+    assert sum(manifest["tokens"].values()) > 50_000_000
 
 
 @pytest.mark.parametrize("argv, message", [

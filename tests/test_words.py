@@ -26,7 +26,8 @@ PIECES = [" ", "  ", "\n", "\r\n", "\t", "\x0b", "\x0c", "\x1c", "\x85", "\xa0",
           "-", "😀", " x", "\n\n", "   \n"]
 TEXTS = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 SETTINGS = settings(max_examples=400, deadline=None)
-PATTERNS = pytest.mark.parametrize("pattern", [GPT2_PATTERN, GPT4_PATTERN], ids=["gpt2", "gpt4"])
+PATTERNS = pytest.mark.parametrize("name, pattern", [("gpt2", GPT2_PATTERN),
+                                                    ("gpt4", GPT4_PATTERN)])
 TRAINING = ("First Citizen: Before we proceed any further, hear me speak.\n\nAll: Speak, speak.\n"
             "It's 2024 and we've 1234567 reasons   to    go!?\r\n  \n\t\u3000日本 😀") * 20
 
@@ -40,7 +41,7 @@ def naive_word_cuts(text: str) -> list[int]:
 @PATTERNS
 @SETTINGS
 @given(TEXTS)
-def test_pieces_between_spaces_split_into_the_chunks_of_the_whole_text(pattern, text):
+def test_pieces_between_spaces_split_into_the_chunks_of_the_whole_text(name, pattern, text):
     split = regex.compile(pattern).findall
     pieces = split_at_spaces(text)
     units = [pieces[0], *(" " + w for w in pieces[1:])]
@@ -51,9 +52,9 @@ def test_pieces_between_spaces_split_into_the_chunks_of_the_whole_text(pattern, 
 @PATTERNS
 @SETTINGS
 @given(TEXTS)
-def test_words_split_into_the_chunks_of_the_whole_text(pattern, text):
+def test_words_split_into_the_chunks_of_the_whole_text(name, pattern, text):
     split = regex.compile(pattern).findall
-    found = words(text, pattern)
+    found = words(text, name)
     assert "".join(found) == text and all(found)
     assert [c for w in found for c in split(w)] == split(text)
 
@@ -61,7 +62,7 @@ def test_words_split_into_the_chunks_of_the_whole_text(pattern, text):
 def test_gpt2_words_see_whitespace_as_the_pattern_does():
     """GPT-2's words use the standard library's re (faster): its whitespace must be the
     pattern's (regex's \\s), code point by code point."""
-    word = stream._WORDS[GPT2_PATTERN]
+    word = stream._WORDS["gpt2"]
     spaces = regex.compile(r"\s")
     differ = [c for c in map(chr, range(0x110000))
               if (len(word.findall("a" + c + "b")) == 2) != bool(spaces.match(c))]
@@ -70,10 +71,10 @@ def test_gpt2_words_see_whitespace_as_the_pattern_does():
 
 def test_words_end_where_each_pattern_allows():
     text = " thee,\nAnd\n\nso"
-    assert words(text, GPT2_PATTERN) == [" thee,", "\nAnd", "\n\nso"]
-    assert words(text, GPT4_PATTERN) == [" thee,\n", "And", "\n\nso"]  # GPT-4 glues ",\n"
+    assert words(text, "gpt2") == [" thee,", "\nAnd", "\n\nso"]
+    assert words(text, "gpt4") == [" thee,\n", "And", "\n\nso"]  # GPT-4 glues ",\n"
     gpt4 = regex.compile(GPT4_PATTERN).findall  # GPT-2's words would be wrong for GPT-4
-    assert [c for w in words(text, GPT2_PATTERN) for c in gpt4(w)] != gpt4(text)
+    assert [c for w in words(text, "gpt2") for c in gpt4(w)] != gpt4(text)
 
 
 @SETTINGS
@@ -91,7 +92,7 @@ def test_split_at_spaces_cuts_at_every_space_after_a_non_space(text):
 @PATTERNS
 @SETTINGS
 @given(TEXTS)
-def test_word_cut_is_the_last_such_space_and_settled(pattern, text):
+def test_word_cut_is_the_last_such_space_and_settled(name, pattern, text):
     split = regex.compile(pattern).findall
     cut = word_cut(text)
     assert cut == max(naive_word_cuts(text), default=0)
@@ -126,12 +127,13 @@ def test_the_fast_path_is_only_for_patterns_that_allow_it():
 
 def test_the_word_cache_stays_bounded(tokenizer, monkeypatch):
     monkeypatch.setattr(stream, "WORDS_KEPT", 50)
-    cache = stream.WordCache(tokenizer._encode_chunks, tokenizer.pattern)
+    name = "gpt2" if tokenizer.pattern == GPT2_PATTERN else "gpt4"
+    cache = stream.WordCache(tokenizer._encode_chunks, name)
     long = " " + "x" * stream.LONGEST_WORD
     text = " ".join(f"w{i}" for i in range(500)) + long
-    assert cache.encode(text) == tokenizer._encode_chunks(text)
+    assert cache.encode(text).tolist() == tokenizer._encode_chunks(text)
     assert 0 < len(cache) <= 50
-    assert long not in cache and long[:-1] in words(long[:-1], tokenizer.pattern)
+    assert long not in cache and long[:-1] in words(long[:-1], name)
 
 
 def test_a_pickled_tokenizer_leaves_its_caches_behind(tokenizer):

@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,9 +31,9 @@ from tinygpt.data import write_atomically
 from tinygpt.stream import settled_cut, split_at_spaces, words
 
 EOT = "<|endoftext|>"
-PART_CHARS = 1 << 18  # characters per part sent to a worker
+PART_CHARS = 1 << 18  # characters per part, and per task of encoding sent to a worker
 READ_CHARS = 1 << 20  # characters read from a file at a time
-COUNT_CHARS = 1 << 21  # characters per part when counting words for BPE
+COUNT_CHARS = 1 << 23  # characters per task when counting words for BPE
 
 
 @dataclass(frozen=True)
@@ -102,26 +102,44 @@ def _init(tokenizer: Any) -> None:
     _TOKENIZER = tokenizer
 
 
-def _encode(text: str) -> np.ndarray:
+def _encode(texts: list[str]) -> list[np.ndarray]:
     import numpy as np
 
     tok = _TOKENIZER
-    ids = tok.encode_ordinary(text) if hasattr(tok, "encode_ordinary") else tok.encode(text)
-    return np.asarray(ids, dtype=np.uint32)
+    if hasattr(tok, "encode_array"):  # BPE: the ids' bytes, no Python int per id
+        return [np.frombuffer(tok.encode_array(text), dtype=np.uint32) for text in texts]
+    return [np.asarray(tok.encode(text), dtype=np.uint32) for text in texts]
 
 
-def _count(text: str) -> Counter:
-    """How often each word (``tinygpt.stream.words``) occurs in ``text``, for GPT-4's pattern.
+def _count(texts: list[str]) -> Counter:
+    """How often each word (``tinygpt.stream.words``) occurs in ``texts``, for GPT-4's pattern.
     The pieces between spaces are counted first (in C), and only distinct ones cut into words,
     so that ``chunk_counts`` splits only distinct words into chunks."""
-    from tinygpt.bpe import GPT4_PATTERN
-
-    pieces = split_at_spaces(text)
-    counts: Counter = Counter(words(pieces[0], GPT4_PATTERN))  # no space before the first
-    for piece, n in Counter(pieces[1:]).items():
-        for word in words(" " + piece, GPT4_PATTERN):
-            counts[word] += n
+    counts: Counter = Counter()
+    for text in texts:
+        pieces = split_at_spaces(text)
+        counts.update(words(pieces[0], "gpt4"))  # no space before the first
+        for piece, n in Counter(pieces[1:]).items():
+            for word in words(" " + piece, "gpt4"):
+                counts[word] += n
     return counts
+
+
+def grouped(items: Iterable[tuple[Any, str]], chars: int) -> Iterator[tuple[list, list[str]]]:
+    """Consecutive ``(key, text)`` items as ``(keys, texts)`` of about ``chars`` characters: a
+    worker's task (documents are often far smaller than a good task)."""
+    keys: list = []
+    texts: list[str] = []
+    size = 0
+    for key, text in items:
+        keys.append(key)
+        texts.append(text)
+        size += len(text)
+        if size >= chars:
+            yield keys, texts
+            keys, texts, size = [], [], 0
+    if keys:
+        yield keys, texts
 
 
 def chunk_counts(words: Counter, split: Callable[[str], list[str]]) -> Counter:
@@ -189,9 +207,9 @@ def make_tokenizer(files: list[tuple[str, Path]], options: Options, workers: int
     split = regex.compile(resolve_pattern("gpt4")).findall
     mapper, counts = Mapper(workers), Counter()
     try:
-        train_parts = (text for split_name, text, _ in parts(files, split, options, COUNT_CHARS)
-                       if split_name == "train")
-        for _, counted in mapper.imap(_count, ((None, t) for t in train_parts), 2 * workers):
+        train = ((None, text) for name, text, _ in parts(files, split, options, COUNT_CHARS)
+                 if name == "train")
+        for _, counted in mapper.imap(_count, grouped(train, COUNT_CHARS), workers + 1):
             counts.update(counted)
     finally:
         mapper.close()

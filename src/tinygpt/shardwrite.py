@@ -128,6 +128,7 @@ def _encode_all(files: list, options: P.Options, workers: int, out: Path,
         split_fn = regex.compile(tokenizer.pattern).findall
     buffers: dict[str, list[list[Any]]] = {s: [] for s in S.SPLITS}  # [part, offset, tokens]
     documents = dict.fromkeys(S.SPLITS, 0)
+    held = dict.fromkeys(S.SPLITS, 0)  # tokens in buffers[split]
 
     def flush(split: str, n: int) -> None:
         taken, pieces = 0, []
@@ -161,18 +162,21 @@ def _encode_all(files: list, options: P.Options, workers: int, out: Path,
 
     mapper = P.Mapper(workers, tokenizer)
     try:
-        for (g, split, last, size), arr in mapper.imap(P._encode, todo(), 4 * workers):
+        tasks = mapper.imap(P._encode, P.grouped(todo(), P.PART_CHARS), 2 * workers)
+        for (g, split, last, size), arr in ((k, a) for keys, arrs in tasks
+                                             for k, a in zip(keys, arrs, strict=True)):
             if last and eot is not None:
                 arr = np.append(arr, eot)
             offset = resume[split][1] if g == resume[split][0] else 0
             buffers[split].append([g, offset, arr[offset:].astype(dtype)])  # 2 bytes an id
-            while sum(len(b[2]) for b in buffers[split]) >= options.shard_tokens:
+            held[split] += len(arr) - offset
+            while held[split] >= options.shard_tokens:
                 flush(split, options.shard_tokens)
+                held[split] -= options.shard_tokens
             bar.update(size)
         for split in S.SPLITS:
-            left = sum(len(b[2]) for b in buffers[split])
-            if left:
-                flush(split, left)
+            if held[split]:
+                flush(split, held[split])
     finally:
         mapper.close()
         bar.close()

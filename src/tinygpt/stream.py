@@ -22,17 +22,16 @@ tokens (they are plain text, as in ``encode_ordinary``) or read files.
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Callable, Iterable, Iterator
-from itertools import chain
 
 import regex
-
-from tinygpt.bpe import GPT2_PATTERN, GPT4_PATTERN
 
 HOLD = 2  # chunks kept back at the end of the buffer: what follows may still change them
 MIN_CHARS = 1 << 16  # characters gathered before a cut is looked for
 WORDS_KEPT = 200_000  # distinct words a WordCache remembers before it is emptied
 LONGEST_WORD = 256  # characters of the longest word a WordCache remembers
+UINT32 = next(code for code in "IL" if array(code).itemsize == 4)  # array's unsigned 32 bits
 
 _SPACE_CUT = regex.compile(r"(?<=\S) ")  # a space after a non-space character
 _SPACE_AFTER_SPACE = regex.compile(r"\s ")  # where text.split(" ") would cut elsewhere
@@ -40,8 +39,8 @@ _SPACE = regex.compile(r"\s")  # whitespace as the patterns' \s sees it
 # GPT-2's words in the standard library's re, 1.5x faster than regex here: its \s also takes
 # \x1c-\x1f, which regex's (the patterns') does not, so they are named
 _WS, _NON_WS = r"[^\S\x1c-\x1f]", r"[\S\x1c-\x1f]"
-_WORDS = {GPT2_PATTERN: re.compile(rf"{_WS}*{_NON_WS}+|{_WS}+"),
-          GPT4_PATTERN: regex.compile(r"\s*(?:\S*?[^\s\p{L}\p{N}][\r\n]+|\S+)|\s+")}
+_WORDS = {"gpt2": re.compile(rf"{_WS}*{_NON_WS}+|{_WS}+"),  # by the pattern's name
+          "gpt4": regex.compile(r"\s*(?:\S*?[^\s\p{L}\p{N}][\r\n]+|\S+)|\s+")}
 
 
 def split_at_spaces(text: str) -> list[str]:
@@ -54,8 +53,8 @@ def split_at_spaces(text: str) -> list[str]:
 
 
 def words(text: str, pattern: str) -> list[str]:
-    """``text`` as words for GPT-2's or GPT-4's ``pattern``: they join to ``text``, and each
-    splits into the chunks that ``text`` has there."""
+    """``text`` as words for GPT-2's or GPT-4's pattern (``pattern``: ``"gpt2"`` or ``"gpt4"``):
+    they join to ``text``, and each splits into the chunks that ``text`` has there."""
     return _WORDS[pattern].findall(text)
 
 
@@ -69,25 +68,26 @@ def word_cut(buffer: str) -> int:
 
 
 class WordCache(dict):
-    """The ids of each *word* met so far (``_WORDS``: a run of whitespace, then of other
-    characters), made by ``encode_text`` on first use: ``encode(text) == encode_text(text)``
-    for GPT-2's and GPT-4's ``pattern``, at the cost of one dictionary lookup a word. At most
-    ``WORDS_KEPT`` words are kept (then it is emptied); a long one is encoded, not kept."""
+    """The ids of each *word* met so far (``words``), made by ``encode_text`` on first use and
+    kept as the bytes of unsigned 32-bit ints, so that ``encode(text)`` (an ``array``) is one
+    dictionary lookup a word and one ``b"".join``: it equals ``encode_text(text)`` for GPT-2's
+    and GPT-4's pattern (``pattern``: ``"gpt2"`` or ``"gpt4"``). At most ``WORDS_KEPT`` words
+    are kept (then it is emptied); a long one is encoded, not kept."""
 
     def __init__(self, encode_text: Callable[[str], list[int]], pattern: str) -> None:
         super().__init__()
         self.encode_text, self.words = encode_text, _WORDS[pattern].findall
 
-    def __missing__(self, word: str) -> list[int]:
-        ids = self.encode_text(word)
+    def __missing__(self, word: str) -> bytes:
+        ids = array(UINT32, self.encode_text(word)).tobytes()
         if len(word) <= LONGEST_WORD:
             if len(self) >= WORDS_KEPT:
                 self.clear()
             self[word] = ids
         return ids
 
-    def encode(self, text: str) -> list[int]:
-        return list(chain.from_iterable(map(self.__getitem__, self.words(text))))
+    def encode(self, text: str) -> array:
+        return array(UINT32, b"".join(map(self.__getitem__, self.words(text))))
 
 
 def ready_prefix(buffer: str, split: Callable[[str], list[str]]) -> int:

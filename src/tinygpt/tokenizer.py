@@ -8,6 +8,7 @@ streaming (``encode_iterable``) in :mod:`tinygpt.stream`, GPT-2's files in :mod:
 from __future__ import annotations
 
 import json
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -32,7 +33,7 @@ from tinygpt.checks import (
     check_training,
     check_vocabulary,
 )
-from tinygpt.stream import StreamEncoding, WordCache
+from tinygpt.stream import UINT32, StreamEncoding, WordCache
 
 
 def _check_chars(chars: Sequence[str]) -> list[str]:
@@ -131,8 +132,8 @@ class BPETokenizer(StreamEncoding):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._cache: dict[str, list[int]] = {}  # chunk -> ids
-        known = self.pattern in (GPT2_PATTERN, GPT4_PATTERN)  # they allow cutting at words
-        self._words = WordCache(self._encode_chunks, self.pattern) if known else None
+        known = {GPT2_PATTERN: "gpt2", GPT4_PATTERN: "gpt4"}.get(self.pattern)  # cut at words
+        self._words = WordCache(self._encode_chunks, known) if known else None
 
     @classmethod
     def train(cls, text: str, vocab_size: int, pattern: str | None = "gpt4",
@@ -170,10 +171,15 @@ class BPETokenizer(StreamEncoding):
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Encode ``text`` with no special-token handling (a special token is plain text)."""
+        return self.encode_array(text).tolist()
+
+    def encode_array(self, text: str) -> array:
+        """``encode_ordinary``'s ids as an ``array`` of unsigned 32-bit ints (``"I"``), without
+        a Python int per id: what ``tinygpt prepare`` writes to shards."""
         check_text(text)
         if self._words is not None:  # GPT-2's or GPT-4's pattern: each distinct word once
             return self._words.encode(text)
-        return self._encode_chunks(text)
+        return array(UINT32, self._encode_chunks(text))
 
     def _encode_chunks(self, text: str) -> list[int]:
         chunks = self._split(text) if self._split else ([text] if text else [])
