@@ -38,25 +38,21 @@ def naive_word_cuts(text: str) -> list[int]:
             if c == " " and i > 0 and not regex.match(r"\s", text[i - 1])]
 
 
+def keeps_chunks(pieces: list[str], pattern: str, text: str) -> bool:
+    """Whether ``pieces`` join to ``text`` and split into the chunks of the whole ``text``."""
+    split = regex.compile(pattern).findall
+    return "".join(pieces) == text and [c for p in pieces for c in split(p)] == split(text)
+
+
 @PATTERNS
 @SETTINGS
 @given(TEXTS)
-def test_pieces_between_spaces_split_into_the_chunks_of_the_whole_text(name, pattern, text):
-    split = regex.compile(pattern).findall
+def test_pieces_between_spaces_and_words_split_into_the_chunks_of_the_whole_text(
+        name, pattern, text):
     pieces = split_at_spaces(text)
-    units = [pieces[0], *(" " + w for w in pieces[1:])]
-    assert "".join(units) == text
-    assert [c for u in units for c in split(u)] == split(text)
-
-
-@PATTERNS
-@SETTINGS
-@given(TEXTS)
-def test_words_split_into_the_chunks_of_the_whole_text(name, pattern, text):
-    split = regex.compile(pattern).findall
+    assert keeps_chunks([pieces[0], *(" " + p for p in pieces[1:])], pattern, text)
     found = words(text, name)
-    assert "".join(found) == text and all(found)
-    assert [c for w in found for c in split(w)] == split(text)
+    assert keeps_chunks(found, pattern, text) and all(found)
 
 
 def test_gpt2_words_see_whitespace_as_the_pattern_does():
@@ -93,10 +89,9 @@ def test_split_at_spaces_cuts_at_every_space_after_a_non_space(text):
 @SETTINGS
 @given(TEXTS)
 def test_word_cut_is_the_last_such_space_and_settled(name, pattern, text):
-    split = regex.compile(pattern).findall
     cut = word_cut(text)
     assert cut == max(naive_word_cuts(text), default=0)
-    assert split(text[:cut]) + split(text[cut:]) == split(text)
+    assert keeps_chunks([text[:cut], text[cut:]], pattern, text)
 
 
 @pytest.fixture(scope="module", params=["gpt2", "gpt4"])

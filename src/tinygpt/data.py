@@ -162,7 +162,7 @@ def _download(dataset: Dataset, target: Path) -> Path:
         return fallback
 
 
-def write_atomically(data: bytes, target: Path) -> Path:
+def write_atomically(data: bytes | memoryview, target: Path) -> Path:
     """Write ``data`` to ``target`` through a temporary file in its folder, flushed to the disk,
     then renamed into place: a reader sees the old file or the new one, never half of one. On an
     error the temporary file is removed and the error raised (``OSError``)."""

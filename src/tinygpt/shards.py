@@ -150,13 +150,13 @@ class TokenShards:
         import torch
 
         T = block_size
-        counts = self.starts(T)
-        ends = np.cumsum(counts)  # window starts before the end of each shard
+        counts = self.starts(T)  # (K,) window starts in each of the K shards
+        ends = np.cumsum(counts)  # (K,) window starts in shards 0..k, all together
         ix = torch.randint(int(ends[-1]), (batch_size,), generator=generator).numpy()  # (B,)
-        which = np.searchsorted(ends, ix, side="right")  # the shard of each window
-        offsets = ix - (ends[which] - counts[which])
-        windows = np.stack([self.arrays[k][o:o + T + 1] for k, o in zip(which, offsets,
-                                                                        strict=True)])
+        which = np.searchsorted(ends, ix, side="right")  # (B,) the shard of each window
+        offsets = ix - (ends[which] - counts[which])  # (B,) the start within that shard
+        pairs = zip(which, offsets, strict=True)
+        windows = np.stack([self.arrays[k][o:o + T + 1] for k, o in pairs])  # (B, T+1)
         windows = torch.from_numpy(windows.astype(np.int64))  # (B, T+1)
         return windows[:, :-1], windows[:, 1:]
 

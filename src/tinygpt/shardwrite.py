@@ -24,8 +24,8 @@ from tinygpt.data import write_atomically
 
 
 def _write_shard(out: Path, name: str, tokens: np.ndarray) -> str:
-    """Write one shard through a temporary name; its SHA-256."""
-    data = tokens.tobytes()
+    """Write one shard through a temporary name; its SHA-256. No copy of the tokens is made."""
+    data = memoryview(np.ascontiguousarray(tokens)).cast("B")
     write_atomically(data, out / name)
     return hashlib.sha256(data).hexdigest()
 
@@ -141,7 +141,7 @@ def _encode_all(files: list, options: P.Options, workers: int, out: Path,
                 buffers[split].pop(0)
             else:
                 buffers[split][0] = [g, offset + len(use), arr[len(use):]]
-        tokens = np.concatenate(pieces).astype(dtype)
+        tokens = np.concatenate(pieces)  # pieces are of dtype already
         entries = state["shards"][split]
         name = S.shard_name(split, len(entries))
         entries.append({"file": name, "tokens": len(tokens),
