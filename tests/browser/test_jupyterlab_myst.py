@@ -45,6 +45,10 @@ RENDERED = """() => {
     };
   });
 }"""
+OPEN_DETAILS = """() => {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  panel.querySelectorAll('.jp-MarkdownCell details').forEach(d => { d.open = true; });
+}"""
 SETUP_COLLAPSED = """() => {
   const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
   const first = panel.querySelector('.jp-CodeCell');
@@ -100,7 +104,10 @@ def test_chapter_renders_its_myst_in_jupyterlab(lab, browser, chapter):
         text = "\n".join(c["text"] for c in cells)
         assert text.count("Exercise") >= 2 * exercises  # each box's title, each solution's link
 
-        for source, cell in zip(sources, cells):
+        # a glued number inside a solution shows once the reader opens it
+        page.evaluate(OPEN_DETAILS)
+        opened = page.evaluate(RENDERED)
+        for source, cell in zip(sources, opened):
             for value in GLUED.findall(source):
                 assert value in cell["text"], f"glued value {value!r} not shown"
 
