@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.attention import KVCache
-from tinygpt.block import Block, make_norm
+from tinygpt.block import GATED, Block, make_norm
 from tinygpt.checks import check_bool, check_instance, check_token_ids
 from tinygpt.config import GPTConfig
 from tinygpt.embedding import Embeddings
@@ -76,7 +76,7 @@ def parameter_counts(config: GPTConfig) -> dict[str, int]:
     V, C, L = config.vocab_size, config.n_embd, config.n_layer
     norm = norm_parameters(C, config.norm, config.bias)
     qk = 2 * config.head_size if config.qk_norm else 0
-    gated = config.activation == "swiglu"
+    gated = config.activation in GATED
     return {
         "wte": V * C,
         "wpe": config.block_size * C if config.positional == "learned" else 0,

@@ -118,14 +118,11 @@ def _start(files: list, options: P.Options, workers: int, out: Path,
 def _encode_all(files: list, options: P.Options, workers: int, out: Path,
                 state: dict[str, Any], progress: bool) -> dict[str, Any]:
     """Encode every part not in a finished shard; write the shards; the finished manifest."""
-    import regex
     from tqdm.auto import tqdm
 
     tokenizer = S.load_tokenizer(out, state)
     dtype, eot, resume = np.dtype(state["dtype"]), state["eot"], state["resume"]
-    split_fn = getattr(tokenizer, "_split", None)
-    if split_fn is None and state["tokenizer"]["type"] == "bpe":
-        split_fn = regex.compile(tokenizer.pattern).findall
+    split_fn = getattr(tokenizer, "_split", None)  # BPE's pre-split; None for characters
     buffers: dict[str, list[list[Any]]] = {s: [] for s in S.SPLITS}  # [part, offset, tokens]
     documents = dict.fromkeys(S.SPLITS, 0)
     held = dict.fromkeys(S.SPLITS, 0)  # tokens in buffers[split]

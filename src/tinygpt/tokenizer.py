@@ -124,16 +124,19 @@ class BPETokenizer(StreamEncoding):
         self._ranks = {t: i for i, t in reversed(list(enumerate(tokens[:n])))}
         self._split = regex.compile(self.pattern).findall if self.pattern else None
         self._covers = self.pattern in (None, GPT2_PATTERN, GPT4_PATTERN)  # by construction
-        self.__setstate__(self.__dict__)
+        self._new_caches()
+
+    def _new_caches(self) -> None:
+        self._cache: dict[str, list[int]] = {}  # chunk -> ids
+        known = {GPT2_PATTERN: "gpt2", GPT4_PATTERN: "gpt4"}.get(self.pattern)  # cut at words
+        self._words = WordCache(self._encode_chunks, known) if known else None
 
     def __getstate__(self) -> dict:  # what pickle sends to a worker process: no caches
         return {k: v for k, v in self.__dict__.items() if k not in ("_cache", "_words")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._cache: dict[str, list[int]] = {}  # chunk -> ids
-        known = {GPT2_PATTERN: "gpt2", GPT4_PATTERN: "gpt4"}.get(self.pattern)  # cut at words
-        self._words = WordCache(self._encode_chunks, known) if known else None
+        self._new_caches()
 
     @classmethod
     def train(cls, text: str, vocab_size: int, pattern: str | None = "gpt4",
