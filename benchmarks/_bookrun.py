@@ -1,7 +1,7 @@
 """The speedrun on the book's corpus (``speedrun.py --book``): what chapter 8's speedrun page shows.
 
-On the book's corpus and split (``tinygpt.bookmodel.book_data()``: the complete plays, V = 70,
-the last 10% for validation), in one run and one torch thread:
+On the book's corpus and split (``tinygpt.book.trained_model.book_data()``: the complete plays, V =
+70, the last 10% for validation), in one run and one torch thread:
 
 * the baseline: nanoGPT's baby recipe (``speedrun.BABY`` / ``BABY_TRAIN``: 4 layers, width 128,
   context 64, batch 12, learning rate 1e-3 decayed to 1e-4 after 100 warm-up steps, 2000
@@ -21,7 +21,7 @@ times, taken while the machine did other things, are kept as ``run_median_ms`` a
 Every row records its validation estimates (``train``'s, ``eval_iters`` batches, at the book
 recipe's ``eval_interval``) against steps and seconds of training (evaluations left out), its
 training loss (means of 10 steps), and its loss over the whole validation split
-(``tinygpt.scoring.score``). The result is written to ``benchmarks/results/speedrun.json``.
+(``tinygpt.book.scoring.score``). The result is written to ``benchmarks/results/speedrun.json``.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from pathlib import Path
 
 import torch
 
-from tinygpt.bookmodel import BOOK_RECIPE, book_data, book_model
+from tinygpt.book.scoring import score
+from tinygpt.book.trained_model import BOOK_RECIPE, book_data, book_model
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
-from tinygpt.scoring import score
 from tinygpt.train import train
 
 RESULT = Path(__file__).parent / "results" / "speedrun.json"

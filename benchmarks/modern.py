@@ -1,6 +1,7 @@
 """Chapter 12's ablation: GPT-2's design against each change since, on the book's corpus.
 
-On the book's corpus and split (``tinygpt.bookmodel.book_data()``), in one run, this trains:
+On the book's corpus and split (``tinygpt.book.trained_model.book_data()``), in one run, this
+trains:
 
 * the baseline: the book's recipe (``BOOK_RECIPE``: GPT-2's design -- learned positions,
   LayerNorm, GELU, AdamW -- 2 blocks of width 128, context 128, batches of 16, learning rate
@@ -10,7 +11,7 @@ On the book's corpus and split (``tinygpt.bookmodel.book_data()``), in one run, 
 * all of the changes together.
 
 Every ``--check-every`` steps the loss over a fixed slice of the validation split (its first
-``--check-chars`` characters, every prediction, ``tinygpt.scoring.score``) is recorded; the
+``--check-chars`` characters, every prediction, ``tinygpt.book.scoring.score``) is recorded; the
 target is the loss the baseline reaches at its last step, and a run's *steps to target* is the
 first check at or below it. A step's time is measured apart, for all the recipes in the same
 rounds (``_bookrun.timed``: 3 rounds of ``--timing-steps`` steps of each recipe in turn), so
@@ -40,10 +41,10 @@ from pathlib import Path
 import torch
 from _bookrun import timed  # benchmarks/_bookrun.py: step times in shared rounds
 
-from tinygpt.bookmodel import BOOK_RECIPE, book_data
+from tinygpt.book.scoring import score
+from tinygpt.book.trained_model import BOOK_RECIPE, book_data
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
-from tinygpt.scoring import score
 from tinygpt.train import train
 
 RESULT = Path(__file__).parent / "results" / "modern.json"

@@ -70,8 +70,8 @@ def make_corpus(folder: Path, megabytes: float, seed: int = 0) -> int:
 
 
 def training_documents(corpus: Path, options) -> Iterator[str]:
-    """The corpus's training documents, as ``prepare`` splits it (``tinygpt.prepare.is_val``)."""
-    from tinygpt.prepare import is_val
+    """The corpus's training documents, as ``prepare`` splits them (``documents.is_val``)."""
+    from tinygpt.prepare.documents import is_val
 
     for path in sorted(corpus.iterdir()):
         for i, doc in enumerate(path.read_text(encoding="utf-8").split(EOT)):
@@ -80,7 +80,7 @@ def training_documents(corpus: Path, options) -> Iterator[str]:
 
 
 def validation_sample(corpus: Path, options, chars: int = 2_000_000) -> list[str]:
-    from tinygpt.prepare import is_val
+    from tinygpt.prepare.documents import is_val
 
     docs, size = [], 0
     for path in sorted(corpus.iterdir()):
@@ -104,8 +104,8 @@ def child(argv: list[str]) -> None:
     kind, corpus, out = argv[0], Path(argv[1]), Path(argv[2])
     result: dict = {}
     if kind == "prepare":
-        from tinygpt.prepare import Options
-        from tinygpt.shardwrite import write_shards
+        from tinygpt.prepare import write_shards
+        from tinygpt.prepare.documents import Options
 
         start = time.perf_counter()
         m = write_shards(corpus, out, Options("gpt2", val_fraction=0.05, shard_tokens=1 << 22),
@@ -113,7 +113,8 @@ def child(argv: list[str]) -> None:
         result = {"seconds": time.perf_counter() - start,
                   "tokens": m["tokens"]["train"] + m["tokens"]["val"]}
     elif kind in ("bpe", "hf-bpe"):
-        from tinygpt.prepare import Options, find_inputs, make_tokenizer
+        from tinygpt.prepare.documents import Options, find_inputs
+        from tinygpt.prepare.workers import make_tokenizer
 
         options = Options("bpe", vocab_size=BPE_VOCAB, val_fraction=0.05)
         start = time.perf_counter()

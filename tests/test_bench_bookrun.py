@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import _bookrun
 import speedrun
 
-from tinygpt.bookmodel import BOOK_RECIPE
+from tinygpt.book.trained_model import BOOK_RECIPE
 
 
 def baseline():

@@ -1,10 +1,12 @@
 """The landing page's chapter map (book/figures/chapter_map.svg) shows what the code does.
 
 The figure is drawn by book/_ext/chapter_map.py from the package's imports (at every book build,
-and committed). These tests read what was drawn from the committed SVG (its elements carry ids
-``module:NAME`` and ``edge:IMPORTER:IMPORTED``) and compare it with the imports found here, by
-an independent reading of ``src/tinygpt/*.py``. They also check that the drawing follows a
-change in the code, on a copy of the package with a planted import.
+and committed): one row per chapter with the top-level modules it builds, a band with one box per
+subpackage, and an arrow for every import. These tests read what was drawn from the committed
+SVG (its elements carry ids ``module:NAME``, ``package:NAME``, ``modules:NAME`` and
+``edge:IMPORTER:IMPORTED``) and compare it with the imports found here, by an independent
+reading of ``src/tinygpt/**/*.py``. They also check that the drawing follows a change in the
+code, on a copy of the package with planted imports, and that it takes seconds.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import importlib.util
 import re
 import shutil
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -35,34 +38,57 @@ def load_generator():
     return module
 
 
-def imports_in(src: Path) -> set[tuple[str, str]]:
-    """(importer, imported) for the package's modules, from their import statements."""
-    modules = {p.stem for p in src.glob("*.py")}
+def modules_of(package: Path) -> dict[str, Path]:
+    """``tinygpt.cli.options`` -> its file, for every module under ``package``, subpackages
+    included; a package's ``__init__.py`` is the package itself (``tinygpt.cli``)."""
+    found = {}
+    for path in package.rglob("*.py"):
+        dotted = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+        found[dotted.removesuffix(".__init__")] = path
+    return found
+
+
+def dotted_imports(package: Path) -> set[tuple[str, str]]:
+    """(importer, imported) between the package's modules, as dotted names, from every import
+    statement of every file (also those inside functions)."""
+    modules = modules_of(package)
     edges = set()
-    for path in src.glob("*.py"):
-        if path.stem in PLUMBING:
-            continue
+    for importer, path in modules.items():
+        home = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            targets = []
             if isinstance(node, ast.Import):
-                targets = [
-                    a.name.split(".")[1] for a in node.names if a.name.startswith("tinygpt.")
-                ]
-            elif isinstance(node, ast.ImportFrom) and node.module == "tinygpt":
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tinygpt."):
-                targets = [node.module.split(".")[1]]
-            elif isinstance(node, ast.ImportFrom) and node.level:
-                targets = (
-                    [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-                )
-            edges |= {(path.stem, t) for t in targets if t in modules - PLUMBING - {path.stem}}
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                parts = home.split(".")
+                base = parts[: len(parts) - node.level + 1] if node.level else []
+                module = ".".join([*base, *([node.module] if node.module else [])])
+                # `from tinygpt.cli import options` imports a module; `import load_checkpoint`
+                # from `tinygpt.checkpoint` imports the package's __init__.
+                targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module
+                           for a in node.names]
+            else:
+                continue
+            edges |= {(importer, t) for t in targets if t in modules and t != importer}
     return edges
 
 
-def drawn(svg: Path) -> dict[str, set]:
-    """The ids of what the SVG draws: edges, modules (planned ones apart) and chapter labels."""
-    ids: dict[str, set] = {"edge": set(), "module": set(), "planned": set(), "chapter": {}}
+def drawn_as(module: str) -> str | None:
+    """The box a dotted module is drawn in: its own (top level), its subpackage's, or none."""
+    parts = module.split(".")
+    return None if len(parts) == 1 or parts[1] in PLUMBING else parts[1]
+
+
+def imports_in(package: Path) -> set[tuple[str, str]]:
+    """(importer, imported) as the map draws them: top-level modules and subpackages."""
+    edges = {(drawn_as(a), drawn_as(b)) for a, b in dotted_imports(package)}
+    return {(a, b) for a, b in edges if a and b and a != b}
+
+
+def drawn(svg: Path) -> dict:
+    """The ids of what the SVG draws: edges, modules (planned ones apart), subpackages, the
+    modules listed in each subpackage's box, and chapter labels."""
+    ids: dict = {"edge": set(), "module": set(), "planned": set(), "package": set(),
+                 "modules": {}, "chapter": {}}
     for element in ET.parse(svg).iter():
         kind, _, rest = (element.get("id") or "").partition(":")
         if kind == "edge":
@@ -70,28 +96,58 @@ def drawn(svg: Path) -> dict[str, set]:
         elif kind == "module":
             name, _, planned = rest.partition(":")
             ids["planned" if planned else "module"].add(name)
+        elif kind == "package":
+            ids["package"].add(rest)
+        elif kind == "modules":
+            ids["modules"][rest] = set("".join(element.itertext()).split())
         elif kind == "chapter":
             ids["chapter"][int(rest)] = "".join(element.itertext())
     return ids
 
 
+def subpackages(package: Path) -> set[str]:
+    return {p.parent.name for p in package.glob("*/__init__.py")}
+
+
+def test_the_reading_of_imports_counts_subpackages_and_relative_imports(tmp_path):
+    package = tmp_path / "tinygpt"
+    (package / "cli").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "data.py").write_text("import tinygpt\n")
+    (package / "train.py").write_text("def f():\n    from tinygpt.cli import options\n")
+    (package / "cli" / "__init__.py").write_text("from tinygpt.data import load\n")
+    (package / "cli" / "options.py").write_text("from . import run\nfrom .. import data\n")
+    (package / "cli" / "run.py").write_text("from tinygpt.cli import main\n")
+    assert dotted_imports(package) == {
+        ("tinygpt.train", "tinygpt.cli.options"), ("tinygpt.cli", "tinygpt.data"),
+        ("tinygpt.cli.options", "tinygpt.cli.run"), ("tinygpt.cli.options", "tinygpt.data"),
+        ("tinygpt.cli.run", "tinygpt.cli"), ("tinygpt.data", "tinygpt"),
+    }
+    assert imports_in(package) == {("train", "cli"), ("cli", "data")}
+
+
 def test_the_drawn_arrows_are_the_imports_in_src():
     edges = drawn(FIGURE)["edge"]
     found = imports_in(SRC)
-    assert len(found) >= 20  # the package's modules do import one another
+    assert len(found) >= 40  # the package's modules do import one another
+    assert any(a in subpackages(SRC) for a, _ in found)  # and the subpackages import them
     assert edges == found, (
         f"drawn but not imported: {sorted(edges - found)}; imported but not drawn: "
         f"{sorted(found - edges)} -- redraw with `python book/_ext/chapter_map.py`"
     )
 
 
-def test_every_module_is_drawn_and_planned_ones_are_muted():
+def test_every_module_and_subpackage_is_drawn_and_planned_ones_are_muted():
     generator = load_generator()
     ids = drawn(FIGURE)
     existing = {p.stem for p in SRC.glob("*.py")} - PLUMBING
     listed = {m for *_, mods in generator.CHAPTERS for m in mods}
     assert ids["module"] == existing
     assert ids["planned"] == listed - existing
+    assert ids["package"] == subpackages(SRC)
+    for name in subpackages(SRC):
+        inside = {p.stem for p in (SRC / name).glob("*.py")} - PLUMBING
+        assert ids["modules"][name] == inside, f"{name}/'s box lists the wrong modules"
 
 
 def test_chapters_without_a_notebook_are_marked_in_preparation():
@@ -102,6 +158,24 @@ def test_chapters_without_a_notebook_are_marked_in_preparation():
         written = (ROOT / "chapters" / f"{stem}.ipynb").is_file()
         assert title in labels[number]
         assert ("in preparation" not in labels[number]) == written, (number, labels[number])
+
+
+def test_a_chapter_row_holds_modules_its_notebook_uses():
+    """A module is on the row of a chapter whose notebook imports it or names it
+    (``tinygpt.NAME``, ``tinygpt/NAME.py``): the table is not a guess."""
+    generator = load_generator()
+    astray = []
+    for number, stem, _, mods in generator.CHAPTERS:
+        notebook = ROOT / "chapters" / f"{stem}.ipynb"
+        if not notebook.is_file():
+            continue
+        text = notebook.read_text(encoding="utf-8")
+        for m in mods:
+            named = re.search(rf"tinygpt[./]{m}\b", text)
+            imported = re.search(rf"from tinygpt import [^\\\n]*\b{m}\b", text)
+            if not (named or imported):
+                astray.append(f"{m} (chapter {number})")
+    assert not astray, f"modules on a chapter's row that its notebook never names: {astray}"
 
 
 def test_the_committed_figure_is_current():
@@ -116,30 +190,29 @@ def test_the_committed_figure_is_current():
 @pytest.fixture
 def copy(tmp_path) -> Path:
     """A repository with a copy of the package (notebooks are only looked at, not copied)."""
-    shutil.copytree(SRC, tmp_path / "src" / "tinygpt")
+    shutil.copytree(SRC, tmp_path / "src" / "tinygpt",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "chapters").mkdir()
     return tmp_path
 
 
-def test_a_planted_import_is_drawn(copy, monkeypatch):
+def test_planted_imports_are_drawn_in_seconds(copy):
     generator = load_generator()
-    # Where the boxes go does not matter here; the real placement takes seconds.
-    monkeypatch.setattr(
-        generator,
-        "_layout",
-        lambda chart: {
-            m: (generator._x(j), -float(i))
-            for i, (*_, mods) in enumerate(chart.rows)
-            for j, (m, _) in enumerate(mods)
-        },
-    )
-    bigram = copy / "src" / "tinygpt" / "bigram.py"
+    package = copy / "src" / "tinygpt"
+    assert {("bigram", "wordvec"), ("cli", "figures")}.isdisjoint(imports_in(package))
+    bigram = package / "bigram.py"
     bigram.write_text(bigram.read_text() + "\n\ndef _late():\n    from tinygpt import wordvec\n")
+    sample = package / "cli" / "sample.py"
+    sample.write_text(sample.read_text() + "\n\ndef _late():\n    from ..figures import drawing\n")
     chart = generator.chapter_map(copy)
-    assert ("bigram", "wordvec") in chart.edges
-    assert set(chart.edges) == imports_in(copy / "src" / "tinygpt")
+    assert {("bigram", "wordvec"), ("cli", "figures")} <= set(chart.edges)
+    assert set(chart.edges) == imports_in(package)
+    start = time.perf_counter()
     assert generator.write(copy)
-    assert ("bigram", "wordvec") in drawn(copy / generator.FIGURE)["edge"]
+    seconds = time.perf_counter() - start
+    assert seconds < 30, f"drawing the map took {seconds:.0f} s; it should take seconds"
+    edges = drawn(copy / generator.FIGURE)["edge"]
+    assert {("bigram", "wordvec"), ("cli", "figures")} <= edges
     assert not generator.write(copy)  # current now: not drawn again
 
 
@@ -147,6 +220,14 @@ def test_a_module_no_chapter_builds_is_an_error(copy):
     generator = load_generator()
     (copy / "src" / "tinygpt" / "orphan.py").write_text('"""Not on the map."""\n')
     with pytest.raises(ValueError, match="orphan"):
+        generator.chapter_map(copy)
+
+
+def test_a_subpackage_outside_the_band_is_an_error(copy):
+    generator = load_generator()
+    (copy / "src" / "tinygpt" / "extras").mkdir()
+    (copy / "src" / "tinygpt" / "extras" / "__init__.py").write_text('"""Not on the map."""\n')
+    with pytest.raises(ValueError, match="extras"):
         generator.chapter_map(copy)
 
 

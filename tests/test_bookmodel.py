@@ -22,14 +22,15 @@ import pytest
 import torch
 
 import tinygpt
-from tinygpt import bookmodel, cache, data
-from tinygpt.bookmodel import BOOK_RECIPE, Recipe, book_data, book_model
-from tinygpt.ckptcheck import canonical
-from tinygpt.ckptio import MANIFEST, MODEL_FILE
+from tinygpt import data
+from tinygpt.book import results_cache, trained_model
+from tinygpt.book.scoring import score
+from tinygpt.book.trained_model import BOOK_RECIPE, Recipe, book_data, book_model
+from tinygpt.checkpoint.folder import MANIFEST, MODEL_FILE
+from tinygpt.checkpoint.verify import canonical
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.sample import generate
-from tinygpt.scoring import score
 
 LINES = ["ROMEO:\nBut soft, what light through yonder window breaks?\n",
          "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?\n",
@@ -50,13 +51,13 @@ def trains(tmp_path, monkeypatch) -> list[int]:
     monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path))
     monkeypatch.setattr(data, "load_text", lambda name: TEXT)
     calls: list[int] = []
-    real = bookmodel.train
+    real = trained_model.train
 
     def counted(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(bookmodel, "train", counted)
+    monkeypatch.setattr(trained_model, "train", counted)
     return calls
 
 
@@ -104,8 +105,8 @@ def test_a_changed_package_version_trains_again(trains, monkeypatch):
 
 def test_a_changed_source_trains_again(trains, monkeypatch):
     first = book_model(TINY, progress=False)
-    real = cache.source_digest
-    monkeypatch.setattr(cache, "source_digest", lambda module: real(module)[::-1])
+    real = results_cache.source_digest
+    monkeypatch.setattr(results_cache, "source_digest", lambda module: real(module)[::-1])
     again = book_model(TINY, progress=False)
     assert again.trained_now and len(trains) == 2 and again.path != first.path
 
@@ -154,7 +155,7 @@ def test_a_corrupt_copy_is_reported_trained_again_and_repaired_never_used(trains
     repaired = book_model(TINY, progress=False)  # no warning: the copy was replaced
     assert not repaired.trained_now and len(trains) == 2
     assert same_weights(weights(repaired.model), trained)
-    assert entries(first.path.parent) == [bookmodel.lock_path(first.path).name, first.path.name]
+    assert entries(first.path.parent) == [trained_model.lock_path(first.path).name, first.path.name]
 
 
 def test_a_consistent_copy_missing_a_sample_is_not_used(trains):
@@ -172,29 +173,29 @@ def test_a_consistent_copy_missing_a_sample_is_not_used(trains):
 
 
 def test_a_failed_save_leaves_no_temporary_folder_and_no_entry(trains, monkeypatch, tmp_path):
-    real = bookmodel.save_checkpoint
+    real = trained_model.save_checkpoint
 
     def fails_after_writing(out, *args, **kwargs):
         real(out, *args, **kwargs)  # a whole checkpoint in the temporary folder...
         raise OSError(28, "No space left on device")  # ...then the disk is full
 
-    monkeypatch.setattr(bookmodel, "save_checkpoint", fails_after_writing)
+    monkeypatch.setattr(trained_model, "save_checkpoint", fails_after_writing)
     with pytest.warns(UserWarning, match="could not cache the book model"):
         result = book_model(TINY, progress=False)
     assert result.trained_now and not result.path.exists()
-    assert entries(tmp_path / "results") == [bookmodel.lock_path(result.path).name]
-    monkeypatch.setattr(bookmodel, "save_checkpoint", real)
+    assert entries(tmp_path / "results") == [trained_model.lock_path(result.path).name]
+    monkeypatch.setattr(trained_model, "save_checkpoint", real)
     assert book_model(TINY, progress=False).trained_now and len(trains) == 2  # trained again
 
 
 def test_an_interrupted_save_leaves_no_temporary_folder(trains, monkeypatch, tmp_path):
-    real = bookmodel.save_checkpoint
+    real = trained_model.save_checkpoint
 
     def interrupted(out, *args, **kwargs):
         real(out, *args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bookmodel, "save_checkpoint", interrupted)
+    monkeypatch.setattr(trained_model, "save_checkpoint", interrupted)
     with pytest.raises(KeyboardInterrupt):
         book_model(TINY, progress=False)
     assert [name for name in entries(tmp_path / "results") if not name.endswith(".lock")] == []
@@ -235,11 +236,12 @@ def test_a_second_process_waits_for_the_first_and_loads_its_model(trains):
     first = book_model(TINY, progress=False)
     stored = first.path.with_name("stored")
     first.path.rename(stored)  # as if the first process were still training
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(bookmodel.lock_path(first.path))],
+    lock = str(trained_model.lock_path(first.path))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, lock],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        got: list[bookmodel.BookModel] = []
+        got: list[trained_model.BookModel] = []
         waiting = threading.Thread(target=lambda: got.append(book_model(TINY, progress=False)))
         waiting.start()
         time.sleep(0.3)
@@ -295,7 +297,7 @@ def test_book_data_is_the_complete_plays_split_90_10_with_the_books_vocabulary()
 
 
 def test_bad_recipes_get_clear_errors(trains):
-    with pytest.raises(TypeError, match=r"recipe must be a tinygpt\.bookmodel\.Recipe"):
+    with pytest.raises(TypeError, match=r"recipe must be a tinygpt\.book\.trained_model\.Recipe"):
         book_model(dataclasses.asdict(TINY))
     with pytest.raises(TypeError, match="progress"):
         book_model(TINY, progress="yes")

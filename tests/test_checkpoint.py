@@ -22,10 +22,10 @@ from conftest import rewrite_manifest as edit_json
 
 import tinygpt
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint, unique_tensors
-from tinygpt.ckptio import MODEL_FILE, CheckpointError
+from tinygpt.checkpoint.folder import MODEL_FILE, CheckpointError
+from tinygpt.checkpoint.run_state import restore_optimizer
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
-from tinygpt.resume import restore_optimizer
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 from tinygpt.train import configure_optimizer
 
@@ -141,7 +141,7 @@ def test_import_tinygpt_stays_light():
     assert out.stdout.split() == ["False", "True"]
 
 
-TRAINING_CODE = ("tinygpt.train", "tinygpt.distributed", "tinygpt.resume", "tinygpt.saving")
+TRAINING_CODE = ("tinygpt.train", "tinygpt.distributed", "tinygpt.checkpoint.run_state")
 
 
 def test_loading_a_checkpoint_imports_no_training_code(tmp_path):
@@ -164,8 +164,8 @@ def test_checkpoint_modules_never_import_training_code():
     """Also not inside a function that the load above did not run (an import cycle)."""
     import ast
 
-    src = Path(tinygpt.__file__).parent
-    for name in ("checkpoint", "ckptio", "ckptcheck"):
+    src = Path(tinygpt.__file__).parent / "checkpoint"
+    for name in ("__init__", "folder", "verify"):  # the format; run_state is training's side
         tree = ast.parse((src / f"{name}.py").read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             found = [a.name for a in node.names] if isinstance(node, ast.Import) else (
@@ -241,8 +241,7 @@ def test_optimizer_state_of_another_model_is_refused(tmp_path):
 WRITER = textwrap.dedent("""
     import sys, time
     import torch
-    import tinygpt.ckptio as io
-    import tinygpt.checkpoint as ck
+    import tinygpt.checkpoint as ck  # save_checkpoint calls the names it imported
     from tinygpt.config import GPTConfig
     from tinygpt.model import GPT
 
@@ -258,12 +257,12 @@ WRITER = textwrap.dedent("""
                 f.write(data[: len(data) // 2])
                 f.flush()
             wait_to_be_killed()
-        io.write_synced = write
+        ck.write_synced = write
     elif where == "before-switch":  # the new version is complete, the manifest not yet replaced
-        io.swap_manifest = lambda out, data: wait_to_be_killed()
+        ck.swap_manifest = lambda out, data: wait_to_be_killed()
     else:  # "after-switch": the manifest names the new version, the old one is not yet removed
-        swap = io.swap_manifest
-        io.swap_manifest = lambda out, data: (swap(out, data), wait_to_be_killed())
+        swap = ck.swap_manifest
+        ck.swap_manifest = lambda out, data: (swap(out, data), wait_to_be_killed())
     torch.manual_seed(1)
     config = GPTConfig(**{k: int(v) for k, v in (kv.split("=") for kv in sys.argv[3:])})
     ck.save_checkpoint(out, GPT(config), None, config, None, step=2)

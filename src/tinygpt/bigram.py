@@ -21,7 +21,7 @@ from torch import nn
 from tinygpt.checks import check_choice, check_float, check_ids, check_instance, check_int
 
 
-def _id_array(ids, vocab_size: int, min_len: int) -> np.ndarray:
+def checked_id_array(ids, vocab_size: int, min_len: int) -> np.ndarray:
     """``ids`` (list, tuple, numpy array or tensor), checked, as a 1-D int64 array."""
     if not isinstance(ids, (str, bytes)):  # as an array first, so that the check is vectorised
         ids = np.asarray(ids.detach().cpu() if isinstance(ids, torch.Tensor) else ids)
@@ -61,7 +61,7 @@ def _check_batch(idx: torch.Tensor, targets: torch.Tensor | None, vocab_size: in
 def bigram_counts(ids, vocab_size: int) -> torch.Tensor:
     """The ``(V, V)`` int64 matrix whose entry ``[i, j]`` counts token ``j`` right after ``i``."""
     V = check_int(vocab_size, "vocab_size")
-    a = torch.from_numpy(_id_array(ids, V, min_len=2))  # (N,)
+    a = torch.from_numpy(checked_id_array(ids, V, min_len=2))  # (N,)
     pair_code = a[:-1] * V + a[1:]  # (N-1,) each bigram (i, j) as the single integer i*V + j
     return torch.bincount(pair_code, minlength=V * V).reshape(V, V)  # (V, V)
 
@@ -83,7 +83,7 @@ def bigram_loss(probs: torch.Tensor, ids) -> float:
     It is ``inf`` if some bigram of ``ids`` has probability 0.
     """
     V = _check_table(probs, "probs")
-    a = torch.from_numpy(_id_array(ids, V, min_len=2))  # (N,)
+    a = torch.from_numpy(checked_id_array(ids, V, min_len=2))  # (N,)
     p = probs.double()[a[:-1], a[1:]]  # (N-1,) probability of each actual next token
     return float(-p.log().mean())
 
@@ -93,7 +93,7 @@ def perplexity(loss: float) -> float:
     return math.exp(loss)
 
 
-def _draw(cdf: torch.Tensor, u: float) -> int:
+def draw_from_cdf(cdf: torch.Tensor, u: float) -> int:
     """The index where ``u * total`` falls in a cumulative distribution (inverse-CDF sampling)."""
     return int(torch.searchsorted(cdf, u * cdf[-1], right=True).clamp(max=len(cdf) - 1))
 
@@ -110,7 +110,7 @@ def sample_bigram(probs: torch.Tensor, start: int, num_tokens: int,
     for step in range(num_tokens):
         if cdf[current, -1] <= 0:
             raise ValueError(f"token {current} has no continuation (an all-zero row): smooth it")
-        current = _draw(cdf[current], float(u[step]))
+        current = draw_from_cdf(cdf[current], float(u[step]))
         out.append(current)
     return out
 

@@ -19,14 +19,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.attention import CausalSelfAttention, KVCache
-from tinygpt.checks import check_bool, check_choice, check_float, check_instance, check_int
+from tinygpt.checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    checked_upstream,
+)
 from tinygpt.config import ACTIVATIONS, Activation, GPTConfig
 
 
 def _check_width(norm: LayerNorm | RMSNorm, x: object) -> None:
-    """A clear error unless ``x`` is a tensor of shape ``(..., C)``; nothing inside a ``GPT``."""
-    if not norm.checks_input:
-        return
+    """A clear error unless ``x`` is a tensor of shape ``(..., C)``."""
     who = type(norm).__name__
     if not isinstance(x, Tensor):
         raise TypeError(f"{who} expects a torch.Tensor, got {type(x).__name__}")
@@ -38,8 +43,6 @@ def _check_width(norm: LayerNorm | RMSNorm, x: object) -> None:
 class LayerNorm(nn.Module):
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension, ``(..., C)``."""
 
-    checks_input = True  # a GPT turns this off: it has checked its input once
-
     def __init__(self, n_embd: int, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
         self.n_embd = check_int(n_embd, "n_embd")
@@ -48,12 +51,14 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n_embd)) if bias else None  # (C,) shift, beta
 
     def forward(self, x: Tensor) -> Tensor:
-        _check_width(self, x)
+        if not checked_upstream():  # inside a GPT, the model has checked its input
+            _check_width(self, x)
         return F.layer_norm(x, (self.n_embd,), self.weight, self.bias, self.eps)  # (..., C)
 
     def explicit(self, x: Tensor) -> Tensor:
         """The formula, step by step: what the fused ``F.layer_norm`` of ``forward`` computes."""
-        _check_width(self, x)
+        if not checked_upstream():  # inside a GPT, the model has checked its input
+            _check_width(self, x)
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
         centred = x - mean  # (..., C), mean 0
         var = (centred * centred).mean(dim=-1, keepdim=True)  # (..., 1), two-pass: no cancellation
@@ -67,8 +72,6 @@ class LayerNorm(nn.Module):
 class RMSNorm(nn.Module):
     """``x / sqrt(mean(x**2) + eps) * weight`` over the last dimension: no mean, no shift."""
 
-    checks_input = True  # a GPT turns this off: it has checked its input once
-
     def __init__(self, n_embd: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.n_embd = check_int(n_embd, "n_embd")
@@ -76,12 +79,14 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(n_embd))  # (C,) scale
 
     def forward(self, x: Tensor) -> Tensor:
-        _check_width(self, x)
+        if not checked_upstream():  # inside a GPT, the model has checked its input
+            _check_width(self, x)
         return F.rms_norm(x, (self.n_embd,), self.weight, self.eps)  # (..., C)
 
     def explicit(self, x: Tensor) -> Tensor:
         """The formula, step by step: what the fused ``F.rms_norm`` of ``forward`` computes."""
-        _check_width(self, x)
+        if not checked_upstream():  # inside a GPT, the model has checked its input
+            _check_width(self, x)
         mean_square = (x * x).mean(dim=-1, keepdim=True)  # (..., 1)
         return x * torch.rsqrt(mean_square + self.eps) * self.weight  # (..., C)
 

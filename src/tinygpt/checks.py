@@ -7,8 +7,8 @@ integer belongs, a bool where a number belongs), ``ValueError`` when it has the 
 wrong value (out of range, not one of the choices). Each message names the argument and says what
 it must be and what it got.
 
-It does not check files (``tinygpt.ckptio``, ``tinygpt.ckptcheck``) or command-line flags
-(``tinygpt.cli_checks``, which words its messages for the command line).
+It does not check files (``tinygpt.checkpoint.folder``, ``tinygpt.checkpoint.verify``) or
+command-line flags (``tinygpt.cli.preflight``, which words its messages for the command line).
 """
 
 from __future__ import annotations
@@ -16,8 +16,33 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Iterable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, get_args
+
+# --- one check per call path ---------------------------------------------------------------------
+
+_checked_upstream = False  # a plain global, which torch.compile reads without a graph break
+
+
+@contextmanager
+def inputs_checked() -> Iterator[None]:
+    """Inside this block, layers and functions that check their own inputs skip the check: the
+    caller that opened it (a ``GPT``'s forward, ``generate``) has checked the input once. A layer
+    called on its own, anywhere else, checks. It is one flag for the process, a plain global
+    that ``torch.compile`` reads without breaking its graph (a ``ContextVar`` broke it in every
+    layer): threads that run models at the same moment share it."""
+    global _checked_upstream
+    before, _checked_upstream = _checked_upstream, True
+    try:
+        yield
+    finally:
+        _checked_upstream = before
+
+
+def checked_upstream() -> bool:
+    """Whether a caller up this call path has checked the input already (``inputs_checked``)."""
+    return _checked_upstream
 
 
 def choices(literal: Any) -> tuple[str, ...]:
@@ -151,39 +176,3 @@ def check_text(text: object, name: str = "text") -> str:
         raise ValueError(f"character U+{ord(bad.group()):04X} at position {bad.start()} is a "
                          "lone surrogate, which is not text: UTF-8 cannot encode it")
     return text
-
-
-def check_vocabulary(tokens: list[bytes], merges: list[tuple[int, int]],
-                     special_tokens: dict[str, int]) -> None:
-    """Raise ValueError unless bytes, merges and specials make a consistent BPE vocabulary."""
-    n = 256 + len(merges)
-    if sorted(tokens[:256]) != [bytes([b]) for b in range(256)]:
-        raise ValueError("ids 0..255 must be the 256 single bytes")
-    if len(tokens) != n + len(special_tokens):
-        raise ValueError(f"expected {n + len(special_tokens)} tokens (256 bytes, "
-                         f"{len(merges)} merges, {len(special_tokens)} specials), "
-                         f"got {len(tokens)}")
-    for i, (a, b) in enumerate(merges):
-        if not (0 <= a < 256 + i and 0 <= b < 256 + i
-                and tokens[256 + i] == tokens[a] + tokens[b]):
-            raise ValueError(f"merge {i} ({a}, {b}) does not make token {256 + i}")
-    for j, (name, idx) in enumerate(special_tokens.items()):
-        if idx != n + j:
-            raise ValueError(f"special token {name!r} must have id {n + j}, got {idx}")
-        if tokens[idx] != name.encode("utf-8"):
-            raise ValueError(f"token {idx}, special token {name!r}, must be the bytes of "
-                             f"its name, got {tokens[idx]!r}")
-
-
-def check_training(text: str, vocab_size: int, special_tokens: Iterable[str]) -> list[str]:
-    """The special tokens as a list, once ``text``, ``vocab_size`` and they are valid."""
-    check_text(text)
-    specials = list(special_tokens)
-    if isinstance(special_tokens, str) or not all(isinstance(t, str) and t for t in specials):
-        raise TypeError("special_tokens must be an iterable of non-empty strings")
-    if len(set(specials)) != len(specials):
-        raise ValueError(f"special tokens must be distinct, got {specials}")
-    if check_int(vocab_size, "vocab_size", low=0) < 256 + len(specials):
-        raise ValueError(f"vocab_size must be at least 256 + {len(specials)} special "
-                         f"tokens = {256 + len(specials)}, got {vocab_size}")
-    return specials

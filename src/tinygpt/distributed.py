@@ -24,7 +24,7 @@ NCCL's watchdog aborts them.
 
 It does not launch processes (``torchrun`` does, also across machines with its rendezvous
 options), shard the model (FSDP) or split the batch inside one process; each rank's RNG state in
-a checkpoint is ``tinygpt.resume``'s.
+a checkpoint is ``tinygpt.checkpoint.run_state``'s.
 """
 
 from __future__ import annotations

@@ -18,7 +18,13 @@ from torch import Tensor, nn
 
 from tinygpt.attention import KVCache
 from tinygpt.block import GATED, Block, make_norm
-from tinygpt.checks import check_bool, check_instance, check_token_ids
+from tinygpt.checks import (
+    check_bool,
+    check_instance,
+    check_token_ids,
+    checked_upstream,
+    inputs_checked,
+)
 from tinygpt.config import GPTConfig
 from tinygpt.embedding import Embeddings
 
@@ -117,9 +123,6 @@ class GPT(nn.Module):
         self.init_weights()
         if config.tie_weights:
             self.lm_head.weight = self.transformer.embed.wte.weight  # one tensor, two uses
-        for layer in self.modules():  # forward checks its input once; the layers need not
-            if hasattr(layer, "checks_input"):
-                layer.checks_input = False
 
     def init_weights(self) -> None:
         """GPT-2's initialisation (``init_gpt2``), the projections that end a residual branch at
@@ -147,23 +150,26 @@ class GPT(nn.Module):
         mean cross-entropy. ``caches`` (from ``new_caches(B)``) hold the positions before ``idx``
         and are extended. ``last_only=True`` (sampling) computes only the last position's logits.
         """
-        past = self._check_inputs(idx, targets, caches, last_only)  # positions already cached
+        if not checked_upstream():  # checked once here, so the layers need not check again
+            self.check_inputs(idx, targets, caches, last_only)
+        past = 0 if caches is None else caches[0].length  # positions already cached
         B, T = idx.shape
         tok = self.transformer.embed.wte(idx)  # (B, T, C)
         pos = self.transformer.embed.positions(past + T)[past:]  # (T, C): past .. past+T-1
         x = self.transformer.drop(tok + pos)  # (B, T, C)
-        for i, block in enumerate(self.transformer.h):
-            x = block(x, cache=None if caches is None else caches[i])  # (B, T, C)
-        if last_only:
-            x = x[:, -1:, :]  # (B, 1, C): the final norm and lm_head act on each position alone
-        x = self.transformer.ln_f(x)  # (B, T, C), or (B, 1, C)
+        with inputs_checked():
+            for i, block in enumerate(self.transformer.h):
+                x = block(x, cache=None if caches is None else caches[i])  # (B, T, C)
+            if last_only:
+                x = x[:, -1:, :]  # (B, 1, C): the final norm and lm_head act on each position
+            x = self.transformer.ln_f(x)  # (B, T, C), or (B, 1, C)
         logits = self.lm_head(x)  # (B, T, V), or (B, 1, V)
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))  # scalar
         return logits, loss
 
-    def _check_inputs(self, idx: object, targets: object, caches: object, last_only: object) -> int:
+    def check_inputs(self, idx: object, targets: object, caches: object, last_only: object) -> int:
         """A clear error for any bad argument of ``forward``; else how many positions are cached."""
         check_bool(last_only, "last_only")
         if last_only and targets is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tinygpt.bigram import _draw, _id_array
+from tinygpt.bigram import checked_id_array, draw_from_cdf
 from tinygpt.checks import check_float, check_int
 
 
@@ -57,7 +57,7 @@ class NGramModel:
 
     def fit(self, ids) -> NGramModel:
         """Count every n-gram of ``ids`` (replacing earlier counts); return ``self``."""
-        context, target = self._codes(_id_array(ids, self.vocab_size, min_len=self.n))
+        context, target = self._codes(checked_id_array(ids, self.vocab_size, min_len=self.n))
         ngram = context * self.vocab_size + target  # (N - n + 1,) context and next as one code
         self._ngrams, self._ngram_counts = np.unique(ngram, return_counts=True)
         self._contexts, self._context_counts = np.unique(context, return_counts=True)
@@ -87,7 +87,7 @@ class NGramModel:
 
     def _scored(self, ids) -> tuple[np.ndarray, np.ndarray]:
         self._check_fitted()
-        context, target = self._codes(_id_array(ids, self.vocab_size, min_len=self.n))
+        context, target = self._codes(checked_id_array(ids, self.vocab_size, min_len=self.n))
         pair = self._lookup(self._ngrams, self._ngram_counts, context * self.vocab_size + target)
         seen = self._lookup(self._contexts, self._context_counts, context)
         return pair, seen
@@ -121,7 +121,7 @@ class NGramModel:
         ``context`` (all zeros for an unseen context when ``smoothing=0``)."""
         self._check_fitted()
         V = self.vocab_size
-        a = _id_array(context, V, min_len=self.n - 1)
+        a = checked_id_array(context, V, min_len=self.n - 1)
         code = 0
         for token in a[len(a) - (self.n - 1) :]:  # the last n-1 ids (none for n = 1)
             code = code * V + int(token)
@@ -135,13 +135,13 @@ class NGramModel:
     def sample(self, prompt, num_tokens: int, generator: torch.Generator) -> list[int]:
         """``num_tokens`` ids drawn one at a time after ``prompt`` (at least ``n - 1`` ids)."""
         check_int(num_tokens, "num_tokens", low=0)
-        history = [int(i) for i in _id_array(prompt, self.vocab_size, min_len=self.n - 1)]
+        history = [int(i) for i in checked_id_array(prompt, self.vocab_size, min_len=self.n - 1)]
         u = torch.rand(num_tokens, generator=generator, dtype=torch.float64)  # (num_tokens,)
         for step in range(num_tokens):
             cdf = self.probs(history[len(history) - (self.n - 1) :]).cumsum(0)  # (V,)
             if cdf[-1] <= 0:
                 raise ValueError("the context was never seen and smoothing=0: nothing to sample")
-            history.append(_draw(cdf, float(u[step])))
+            history.append(draw_from_cdf(cdf, float(u[step])))
         return history[len(history) - num_tokens :]
 
     def __repr__(self) -> str:

@@ -24,7 +24,14 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from tinygpt.checks import check_float, check_instance, check_int, check_token_ids
+from tinygpt.checks import (
+    check_float,
+    check_instance,
+    check_int,
+    check_token_ids,
+    checked_upstream,
+    inputs_checked,
+)
 from tinygpt.model import GPT
 
 __all__ = [
@@ -80,13 +87,15 @@ def apply_temperature(logits: Tensor, temperature: float) -> Tensor:
     As ``temperature -> 0`` all the mass goes to the largest logit (greedy, which
     ``sample_next`` handles); ``temperature = 1`` leaves the distribution unchanged.
     """
-    check_sampling(logits, temperature, greedy=False)
+    if not checked_upstream():
+        check_sampling(logits, temperature, greedy=False)
     return logits / temperature
 
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
     """Keep the ``k`` largest logits of each row (ties: as ``torch.topk``), the others -> -inf."""
-    check_sampling(logits, top_k=k)
+    if not checked_upstream():
+        check_sampling(logits, top_k=k)
     values, indices = torch.topk(logits, k, dim=-1)  # (..., k)
     out = torch.full_like(logits, float("-inf"))
     return out.scatter(-1, indices, values)  # (..., V)
@@ -98,7 +107,8 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     A token is kept when the mass of the likelier tokens before it is still below ``p``, so the
     most likely token is always kept (``p = 1`` keeps everything).
     """
-    check_sampling(logits, top_p=p)
+    if not checked_upstream():
+        check_sampling(logits, top_p=p)
     probs = torch.softmax(logits, dim=-1)  # (..., V)
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)  # (..., V)
     mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # (..., V)
@@ -114,11 +124,14 @@ def process_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None =
 
     ``temperature`` must be > 0 here (greedy decoding has nothing to process).
     """
-    logits = apply_temperature(logits, temperature)
-    if top_k is not None:
-        logits = top_k_filter(logits, top_k)
-    if top_p is not None:
-        logits = top_p_filter(logits, top_p)
+    if not checked_upstream():
+        check_sampling(logits, temperature, top_k, top_p, greedy=False)
+    with inputs_checked():  # checked once, above
+        logits = apply_temperature(logits, temperature)
+        if top_k is not None:
+            logits = top_k_filter(logits, top_k)
+        if top_p is not None:
+            logits = top_p_filter(logits, top_p)
     return logits
 
 
@@ -129,9 +142,10 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
     Temperature 0: the argmax (ties -> the lowest id). Otherwise one draw per row from
     ``softmax(process_logits(...))``; a seeded ``generator`` makes it reproducible.
     """
-    temperature = check_sampling(logits, temperature, top_k, top_p)
-    if logits.ndim != 2:
-        raise ValueError(f"logits must have shape (B, V), got {tuple(logits.shape)}")
+    if not checked_upstream():
+        temperature = check_sampling(logits, temperature, top_k, top_p)
+        if logits.ndim != 2:
+            raise ValueError(f"logits must have shape (B, V), got {tuple(logits.shape)}")
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,): the first maximum, so ties go to the lowest id
     if logits.dtype not in (torch.float32, torch.float64):
@@ -194,25 +208,10 @@ def generate(
     ``block_size // 2``; see the module docstring). Runs in eval mode, without gradients.
     """
     stops = _check_generate_args(model, idx, max_new_tokens, crop_to, stop)
+    B, T = idx.shape
     V, T_max = model.config.vocab_size, model.config.block_size
     temperature = check_sampling(temperature=temperature, top_k=top_k, top_p=top_p, vocab_size=V)
     crop_to = max(T_max // 2, 1) if crop_to is None else crop_to  # a rebuild every ~T_max / 2
-
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            return _generate(model, idx.long(), max_new_tokens, temperature, top_k, top_p,
-                             use_cache, generator, stops, crop_to)
-    finally:
-        model.train(was_training)
-
-
-def _generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float,
-              top_k: int | None, top_p: float | None, use_cache: bool,
-              generator: torch.Generator | None, stops: Tensor, crop_to: int) -> Tensor:
-    B, T = idx.shape
-    T_max = model.config.block_size
     out = torch.empty(B, T + max_new_tokens, dtype=torch.long, device=idx.device)
     out[:, :T] = idx
     n = T  # tokens so far
@@ -221,26 +220,32 @@ def _generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float,
     fed = 0  # tokens of the current context already in the cache
     finished = torch.zeros(B, dtype=torch.bool, device=idx.device)
     last = torch.zeros(B, dtype=torch.long, device=idx.device)  # the stop id each row emitted
-    for _ in range(max_new_tokens):
-        start, rebuilt = context_schedule(n, start, T_max, crop_to)
-        if caches is None:
-            logits = model(out[:, start:n], last_only=True)  # (B, 1, V): the last position
-        else:
-            if rebuilt:
-                for cache in caches:
-                    cache.reset()
-                fed = 0
-            new = out[:, start + fed:n]  # (B, T_new): what the cache has not seen
-            logits = model(new, caches=caches, last_only=True)  # (B, 1, V)
-            fed = n - start
-        token = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)  # (B,)
-        token = torch.where(finished, last, token)  # finished rows repeat their stop id
-        out[:, n] = token
-        n += 1
-        if stops.numel():
-            hit = torch.isin(token, stops) & ~finished
-            last = torch.where(hit, token, last)
-            finished |= hit
-            if bool(finished.all()):
-                break
+    was_training = model.training
+    model.eval()
+    try:  # everything was checked above: the model and the sampling functions need not check
+        with torch.no_grad(), inputs_checked():
+            for _ in range(max_new_tokens):
+                start, rebuilt = context_schedule(n, start, T_max, crop_to)
+                if caches is None:
+                    logits = model(out[:, start:n], last_only=True)  # (B, 1, V): the last position
+                else:
+                    if rebuilt:  # the context was cropped: the cache starts again
+                        for cache in caches:
+                            cache.reset()
+                        fed = 0
+                    new = out[:, start + fed:n]  # (B, T_new): what the cache has not seen
+                    logits = model(new, caches=caches, last_only=True)  # (B, 1, V)
+                    fed = n - start
+                token = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)  # (B,)
+                token = torch.where(finished, last, token)  # finished rows repeat their stop
+                out[:, n] = token
+                n += 1
+                if stops.numel():
+                    hit = torch.isin(token, stops) & ~finished
+                    last = torch.where(hit, token, last)
+                    finished |= hit
+                    if bool(finished.all()):
+                        break
+    finally:
+        model.train(was_training)
     return out[:, :n]

@@ -134,24 +134,24 @@ def ready_texts(texts: Iterable[str], split: Callable[[str], list[str]],
 
 
 class StreamEncoding:
-    """``encode_iterable`` for a tokenizer with ``encode_ordinary``, ``pattern``, ``_split``
+    """``encode_iterable`` for a tokenizer with ``encode_ordinary``, ``pattern``, ``pre_split``
     (its pattern's ``findall``) and ``_covers`` (whether that pattern covers every text)."""
 
     pattern: str | None
-    _split: Callable[[str], list[str]] | None
+    pre_split: Callable[[str], list[str]] | None
     _covers: bool
 
     def encode_iterable(self, texts: Iterable[str]) -> Iterator[int]:
         """The ids of ``"".join(texts)``, as ``encode_ordinary`` gives them, one by one and
         lazily: ``texts`` may be an open file (its lines) larger than memory."""
-        if self._split is None or not self._covers:
+        if self.pre_split is None or not self._covers:
             raise ValueError("encode_iterable cuts the text between pre-split chunks, so it "
                              "needs GPT-2's or GPT-4's pattern; this tokenizer has pattern "
                              f"{self.pattern!r} (encode the whole text with encode_ordinary)")
         if isinstance(texts, str):
             raise TypeError("texts must be an iterable of strings (lines, say), not one string: "
                             "pass [text]")
-        return self._ids(texts, self._split)
+        return self._ids(texts, self.pre_split)
 
     def _ids(self, texts: Iterable[str], split: Callable[[str], list[str]]) -> Iterator[int]:
         for part in ready_texts(texts, split, MIN_CHARS):

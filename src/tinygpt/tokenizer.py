@@ -29,9 +29,8 @@ from tinygpt.bpe import (
 from tinygpt.checks import (
     check_ids,
     check_instance,
+    check_int,
     check_text,
-    check_training,
-    check_vocabulary,
 )
 from tinygpt.stream import UINT32, StreamEncoding, WordCache
 
@@ -54,6 +53,44 @@ def _check_known(text: str, stoi: dict[str, int]) -> None:
     if pos is not None:
         raise ValueError(f"character {text[pos]!r} at position {pos} is not in the "
                          f"vocabulary of {len(stoi)} characters")
+
+
+# --- the checks of a BPE vocabulary and of a training call ------------------------------------
+
+def check_vocabulary(tokens: list[bytes], merges: list[tuple[int, int]],
+                     special_tokens: dict[str, int]) -> None:
+    """Raise ValueError unless bytes, merges and specials make a consistent BPE vocabulary."""
+    n = 256 + len(merges)
+    if sorted(tokens[:256]) != [bytes([b]) for b in range(256)]:
+        raise ValueError("ids 0..255 must be the 256 single bytes")
+    if len(tokens) != n + len(special_tokens):
+        raise ValueError(f"expected {n + len(special_tokens)} tokens (256 bytes, "
+                         f"{len(merges)} merges, {len(special_tokens)} specials), "
+                         f"got {len(tokens)}")
+    for i, (a, b) in enumerate(merges):
+        if not (0 <= a < 256 + i and 0 <= b < 256 + i
+                and tokens[256 + i] == tokens[a] + tokens[b]):
+            raise ValueError(f"merge {i} ({a}, {b}) does not make token {256 + i}")
+    for j, (name, idx) in enumerate(special_tokens.items()):
+        if idx != n + j:
+            raise ValueError(f"special token {name!r} must have id {n + j}, got {idx}")
+        if tokens[idx] != name.encode("utf-8"):
+            raise ValueError(f"token {idx}, special token {name!r}, must be the bytes of "
+                             f"its name, got {tokens[idx]!r}")
+
+
+def check_training(text: str, vocab_size: int, special_tokens: Iterable[str]) -> list[str]:
+    """The special tokens as a list, once ``text``, ``vocab_size`` and they are valid."""
+    check_text(text)
+    specials = list(special_tokens)
+    if isinstance(special_tokens, str) or not all(isinstance(t, str) and t for t in specials):
+        raise TypeError("special_tokens must be an iterable of non-empty strings")
+    if len(set(specials)) != len(specials):
+        raise ValueError(f"special tokens must be distinct, got {specials}")
+    if check_int(vocab_size, "vocab_size", low=0) < 256 + len(specials):
+        raise ValueError(f"vocab_size must be at least 256 + {len(specials)} special "
+                         f"tokens = {256 + len(specials)}, got {vocab_size}")
+    return specials
 
 
 class CharTokenizer:
@@ -122,7 +159,7 @@ class BPETokenizer(StreamEncoding):
         self.special_tokens: dict[str, int] = special_tokens
         # bytes -> rank; if two merges make the same bytes, the lowest id is the one encoded
         self._ranks = {t: i for i, t in reversed(list(enumerate(tokens[:n])))}
-        self._split = regex.compile(self.pattern).findall if self.pattern else None
+        self.pre_split = regex.compile(self.pattern).findall if self.pattern else None
         self._covers = self.pattern in (None, GPT2_PATTERN, GPT4_PATTERN)  # by construction
         self._new_caches()
 
@@ -185,7 +222,7 @@ class BPETokenizer(StreamEncoding):
         return array(UINT32, self._encode_chunks(text))
 
     def _encode_chunks(self, text: str) -> list[int]:
-        chunks = self._split(text) if self._split else ([text] if text else [])
+        chunks = self.pre_split(text) if self.pre_split else ([text] if text else [])
         if not self._covers:
             check_covered(chunks, text, self.pattern)
         cache, ranks, out = self._cache, self._ranks, []

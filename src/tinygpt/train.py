@@ -1,11 +1,11 @@
 """Training a GPT: batches, the learning-rate schedule, AdamW, evaluation and the loop itself.
 
 It handles ``get_batch`` (random windows of a token stream: inputs and next-token targets),
-``lr_at`` (linear warm-up, then a cosine decay to ``min_lr``), ``configure_optimizer`` (fused
-AdamW, weight decay on matrices only), ``estimate_loss`` and ``train``, the loop. It does not
-define the model (``tinygpt.model``), tokenize (``tinygpt.tokenizer``), save or resume a run
-(``tinygpt.saving``, ``tinygpt.resume``), choose the device or bf16 (``tinygpt.runtime``) or
-start processes (``torchrun``, with ``tinygpt.distributed``).
+``lr_at`` (linear warm-up, then a cosine decay to ``min_lr``), ``configure_optimizer`` (fused AdamW,
+weight decay on matrices only), ``estimate_loss`` and ``train``, the loop. It does not define the
+model (``tinygpt.model``), tokenize (``tinygpt.tokenizer``), save or resume a run
+(``tinygpt.checkpoint.run_state``), choose the device or bf16
+(``tinygpt.runtime``) or start processes (``torchrun``, with ``tinygpt.distributed``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,13 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from tinygpt.checkpoint.run_state import (
+    RunSaver,
+    TrainingDivergedError,
+    claimed,
+    restore_optimizer,
+    start_run,
+)
 from tinygpt.checks import check_instance, check_int
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.distributed import (
@@ -33,9 +40,7 @@ from tinygpt.distributed import (
 )
 from tinygpt.model import GPT
 from tinygpt.muon import configure_muon
-from tinygpt.resume import start_run
 from tinygpt.runtime import autocast, keep_freed_memory, resolve_device
-from tinygpt.saving import RunSaver, TrainingDivergedError, claimed
 from tinygpt.shards import TokenShards
 
 Record = dict[str, Any]  # one history entry: {"step", "loss", "lr", "tokens_per_s", ...}
@@ -88,6 +93,34 @@ def lr_at(step: int, config: TrainConfig) -> float:
         return config.min_lr
     ratio = (step - warmup) / (end - warmup)  # in [0, 1)
     return config.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - config.min_lr)
+
+
+SCHEDULE_FIELDS = ("max_iters", "learning_rate", "min_lr", "warmup_iters", "lr_decay_iters")
+
+
+def check_same_schedule(history: list[dict[str, Any]], saved: TrainConfig | None,
+                        cfg: TrainConfig, step: int, out_dir: object) -> None:
+    """Refuse to resume under a learning-rate schedule the saved steps did not follow.
+
+    A resumed run continues the saved one only if ``lr_at(s, cfg)`` is the rate each step ``s``
+    already taken was trained with; a larger ``max_iters`` would stretch a started cosine instead.
+    """
+    done = [(r["step"] - 1, r["lr"]) for r in history if "lr" in r]  # (step index, its lr)
+    bad = next(((s, lr) for s, lr in done
+                if not math.isclose(lr, lr_at(s, cfg), rel_tol=1e-9, abs_tol=0.0)), None)
+    if bad is None:
+        return
+    changed = [f"{n}={getattr(cfg, n)} (the checkpoint's: {getattr(saved, n)})" for n in
+               SCHEDULE_FIELDS if saved is not None and getattr(saved, n) != getattr(cfg, n)]
+    jump = (f"; the rate would go from {done[-1][1]:.1e} at step {done[-1][0] + 1} to "
+            f"{lr_at(step, cfg):.1e} at step {step + 1}" if done and step < cfg.max_iters else "")
+    raise ValueError(
+        f"cannot resume {out_dir} with {', '.join(changed) or 'this schedule'}: its step "
+        f"{bad[0] + 1} was trained with lr {bad[1]:.4g}, this schedule gives "
+        f"{lr_at(bad[0], cfg):.4g} there, so the run would not continue the one that was "
+        f"saved{jump}. Resume with the checkpoint's max_iters, learning_rate, min_lr, "
+        "warmup_iters and lr_decay_iters, or train on from its weights as a new run with a "
+        "schedule of its own (train(..., model=tinygpt.load(folder)[0]) and another out_dir)")
 
 
 def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
@@ -184,9 +217,12 @@ def train(
         say = _printer(show)
         batches = torch.Generator()  # the seeded stream of training windows, the same on all ranks
         run = start_run(model_config, cfg, ctx, batches, out_dir=out_dir, resume=resume,
-                        model=model, tokenizer=tokenizer, configure_optimizer=configure_optimizer,
-                        lr_at=lr_at, warn=say)
-        model, optimizer, step, history = run.model, run.optimizer, run.step, run.history
+                        model=model, tokenizer=tokenizer, warn=say)
+        model, step, history = run.model, run.step, run.history
+        optimizer = configure_optimizer(model, cfg)
+        if resume:
+            check_same_schedule(history, run.saved_train_config, cfg, step, out_dir)
+            restore_optimizer(optimizer, run.optimizer_state, out_dir)
         net = cleanup.enter_context(data_parallel(model, ctx))  # DDP shares model's parameters
         saver = RunSaver(out_dir, ctx, model, optimizer, model_config, cfg, run.tokenizer,
                          batches, last_saved=step if resume else None)

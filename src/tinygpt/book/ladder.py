@@ -1,18 +1,18 @@
 """The book's loss ladder: every model the book builds, scored on the same validation text.
 
-A *rung* is one model of the book, from a uniform guess to the book's trained GPT. ``RUNGS``
-lists them in order, with the chapter that builds each and what it buys over the one before.
-``rung_loss(key)`` is a rung's loss in nats per character over *every* prediction of the
-validation split of ``bookmodel.book_data()`` (the last 10% of the complete plays): the counting
-models by exact counting, the networks by ``tinygpt.scoring.score``. Each result is cached
-(``tinygpt.cache``, keyed by the rung's recipe and the source of the code), so chapter 8 lists
-the ladder without training anything again. ``train_rung(key)`` trains a network rung by its
-fixed, seeded recipe and returns the model, so that the chapter that builds a rung shows the
-very model the ladder scores. The three small networks share one budget, ``RUNG_TRAIN``: the
-ladder shows what each architecture buys, not what more training buys.
+A *rung* is one model of the book, from a uniform guess to the book's trained GPT. ``RUNGS`` lists
+them in order, with the chapter that builds each and what it buys over the one before.
+``rung_loss(key)`` is a rung's loss in nats per character over *every* prediction of the validation
+split of ``trained_model.book_data()`` (the last 10% of the complete plays): the counting models by
+exact counting, the networks by ``tinygpt.book.scoring.score``. Each result is cached
+(``tinygpt.book.results_cache``, keyed by the rung's recipe and the source of the code), so chapter
+8 lists the ladder without training anything again. ``train_rung(key)`` trains a network rung by its
+fixed, seeded recipe and returns the model, so that the chapter that builds a rung shows the very
+model the ladder scores. The three small networks share one budget, ``RUNG_TRAIN``: the ladder shows
+what each architecture buys, not what more training buys.
 
-The book's model itself is trained and cached by ``tinygpt.bookmodel``; this module only reads
-its loss. Drawing the table is the chapter's job.
+The book's model itself is trained and cached by ``tinygpt.book.trained_model``; this module only
+reads its loss. Drawing the table is the chapter's job.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinygpt import bookmodel, cache
+from tinygpt.book import results_cache, trained_model
+from tinygpt.book.scoring import score
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.ngram import NGramModel
-from tinygpt.rungs import AttentionOnly, ContextMLP, fit
-from tinygpt.scoring import score
+from tinygpt.small_models import AttentionOnly, ContextMLP, fit
 
 # Counting rungs: (n, add-k smoothing) of the n-gram model; n = 0 is the uniform guess.
 COUNTING = {"uniform": (0, 0.0), "unigram": (1, 0.0), "bigram": (2, 1.0), "ngram": (5, 0.01)}
@@ -79,8 +79,9 @@ RUNGS: tuple[Rung, ...] = (
     Rung("gpt_init", 7, "the book's GPT, untrained",
          "The whole architecture before training: its knowledge is in the weights, not the shape."),
     Rung("book_model", 8, "the book's GPT, trained",
-         f"A GPT of {bookmodel.BOOK_RECIPE.model.n_layer} blocks, a context of "
-         f"{bookmodel.BOOK_RECIPE.model.block_size} and minutes of training: the book's model."),
+         f"A GPT of {trained_model.BOOK_RECIPE.model.n_layer} blocks, a context of "
+         f"{trained_model.BOOK_RECIPE.model.block_size} and minutes of training: "
+         "the book's model."),
 )
 KEYS = tuple(r.key for r in RUNGS)
 
@@ -106,17 +107,17 @@ def _check_key(key: object, among: tuple[str, ...] = KEYS) -> str:
 def recipe(key: str) -> dict[str, Any]:
     """Everything that fixes rung ``key``'s loss, as JSON: the key of its cache entry."""
     _check_key(key)
-    out: dict[str, Any] = {"rung": key, "corpus": bookmodel.BOOK_RECIPE.corpus}
+    out: dict[str, Any] = {"rung": key, "corpus": trained_model.BOOK_RECIPE.corpus}
     if key in COUNTING:
         out["n"], out["smoothing"] = COUNTING[key]
     elif key in TRAINED:
         out["train"], out["block_size"] = dataclasses.asdict(RUNG_TRAIN), BLOCK_SIZE
         out["model"] = MLP_SIZES if key == "context_mlp" else dataclasses.asdict(SMALL_GPT)
     elif key == "gpt_init":
-        out["model"] = dataclasses.asdict(bookmodel.BOOK_RECIPE.model)
-        out["seed"] = bookmodel.BOOK_RECIPE.train.seed
-    else:  # book_model: cached by tinygpt.bookmodel under its own recipe
-        out["recipe"] = dataclasses.asdict(bookmodel.BOOK_RECIPE)
+        out["model"] = dataclasses.asdict(trained_model.BOOK_RECIPE.model)
+        out["seed"] = trained_model.BOOK_RECIPE.train.seed
+    else:  # book_model: cached by tinygpt.book.trained_model under its own recipe
+        out["recipe"] = dataclasses.asdict(trained_model.BOOK_RECIPE)
     return out
 
 
@@ -158,7 +159,8 @@ def _one_thread() -> Iterator[None]:
 
 
 def _path(key: str) -> Path:
-    return cache.folder() / f"ladder-{key}-{cache.key('ladder', recipe(key))[:20]}.json"
+    digest = results_cache.key("book.ladder", recipe(key))[:20]
+    return results_cache.folder() / f"ladder-{key}-{digest}.json"
 
 
 def train_rung(key: str) -> TrainedRung:
@@ -166,7 +168,7 @@ def train_rung(key: str) -> TrainedRung:
     recipe: seeded by ``RUNG_TRAIN.seed``, on the book's training split, ``RUNG_TRAIN``'s budget,
     one thread. Score it on the validation split, cache the loss, and return the model."""
     _check_key(key, TRAINED)
-    tok, train_ids, val_ids = bookmodel.book_data(bookmodel.BOOK_RECIPE.corpus)
+    tok, train_ids, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
     with torch.random.fork_rng(devices=[]), _one_thread():  # the caller's random state is kept
         torch.manual_seed(RUNG_TRAIN.seed)
         model = _build(key, tok.vocab_size)
@@ -174,20 +176,20 @@ def train_rung(key: str) -> TrainedRung:
         train_losses = fit(model, train_ids, BLOCK_SIZE, RUNG_TRAIN)
         train_s = time.perf_counter() - start
         loss = score(model.eval(), val_ids, BLOCK_SIZE)
-    cache.write_json(_path(key), {"rung": key, "loss": loss})
+    results_cache.write_json(_path(key), {"rung": key, "loss": loss})
     return TrainedRung(key, model, loss, train_losses, train_s)
 
 
 def _compute(key: str) -> float:
     if key == "book_model":
-        return bookmodel.book_model().val_loss
+        return trained_model.book_model().val_loss
     if key in TRAINED:
         return train_rung(key).loss
-    tok, train_ids, val_ids = bookmodel.book_data(bookmodel.BOOK_RECIPE.corpus)
+    tok, train_ids, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
     if key in COUNTING:
         n, k = COUNTING[key]
         return _counting_loss(n, k, train_ids, val_ids, tok.vocab_size)
-    model_config, seed = bookmodel.BOOK_RECIPE.model, bookmodel.BOOK_RECIPE.train.seed
+    model_config, seed = trained_model.BOOK_RECIPE.model, trained_model.BOOK_RECIPE.train.seed
     with torch.random.fork_rng(devices=[]):  # gpt_init: the book's model before its first step
         torch.manual_seed(seed)
         model = GPT(model_config)
@@ -198,15 +200,15 @@ def rung_loss(key: str) -> float:
     """Rung ``key``'s loss (nats per character) over every prediction of the book's validation
     split: from the cache, or computed (a network rung is trained) and cached."""
     _check_key(key)
-    if key == "book_model":  # tinygpt.bookmodel caches the model and its loss
+    if key == "book_model":  # tinygpt.book.trained_model caches the model and its loss
         return _compute(key)
     path = _path(key)
-    found = cache.read_json(path)  # None if missing or corrupt
+    found = results_cache.read_json(path)  # None if missing or corrupt
     if isinstance(found, dict) and found.get("rung") == key and type(found.get("loss")) is float:
         return found["loss"]
     loss = _compute(key)
     if key not in TRAINED:  # train_rung has written its entry
-        cache.write_json(path, {"rung": key, "loss": loss})
+        results_cache.write_json(path, {"rung": key, "loss": loss})
     return loss
 
 

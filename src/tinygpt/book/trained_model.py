@@ -1,18 +1,18 @@
 """The book's model: the best character-level GPT that trains in about three minutes on 2 CPU cores.
 
-:func:`book_model` trains it by a fixed, seeded recipe (:data:`BOOK_RECIPE`) on the complete
-plays, once: the result is cached (see :mod:`tinygpt.cache`) as a checkpoint, with its training
-history, the text it wrote at several steps and its loss over the whole validation split. Chapter
-8 trains it; chapters 9 and later load it. A second call loads it instead of training; a changed
-recipe, tinygpt version or source of the code that trains it trains again; a corrupt cached copy
-is reported and trained again, never used.
+:func:`book_model` trains it by a fixed, seeded recipe (:data:`BOOK_RECIPE`) on the complete plays,
+once: the result is cached (see :mod:`tinygpt.book.results_cache`) as a checkpoint, with its
+training history, the text it wrote at several steps and its loss over the whole validation split.
+Chapter 8 trains it; chapters 9 and later load it. A second call loads it instead of training; a
+changed recipe, tinygpt version or source of the code that trains it trains again; a corrupt cached
+copy is reported and trained again, never used.
 
-The cached copy is the folder ``book-model-<key>`` in :func:`tinygpt.cache.folder`, a checkpoint
-(``tinygpt.checkpoint``: every file checked against the checksums of a checksummed manifest when
-it is loaded). It is saved into a temporary folder beside it and renamed into place, so it is
-there whole or not at all. A lock file beside it (``.book-model-<key>.lock``) makes a second
-process that asks for the same model wait for the first one and load what it stored. Where the
-cache cannot be written, the model is trained and returned, with a warning.
+The cached copy is the folder ``book-model-<key>`` in :func:`tinygpt.book.results_cache.folder`, a
+checkpoint (``tinygpt.checkpoint``: every file checked against the checksums of a checksummed
+manifest when it is loaded). It is saved into a temporary folder beside it and renamed into place,
+so it is there whole or not at all. A lock file beside it (``.book-model-<key>.lock``) makes a
+second process that asks for the same model wait for the first one and load what it stored. Where
+the cache cannot be written, the model is trained and returned, with a warning.
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ from typing import Any
 
 import torch
 
-from tinygpt import cache, data
+from tinygpt import data
+from tinygpt.book import results_cache
+from tinygpt.book.scoring import score
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+from tinygpt.checkpoint.folder import CheckpointError, fsync_dir
 from tinygpt.checks import check_bool, check_float, check_instance, check_int
-from tinygpt.ckptio import CheckpointError, fsync_dir
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.sample import generate
-from tinygpt.scoring import score
 from tinygpt.tokenizer import CharTokenizer
 from tinygpt.train import Record, train
 
@@ -95,7 +96,7 @@ class BookModel:
 
     ``history``: one record per step (as ``train`` returns it); ``samples``: step -> the text
     written at that step; ``val_loss``: the mean loss over the whole validation split (see
-    :func:`tinygpt.scoring.score`); ``train_s``: seconds the training took on the machine that
+    :func:`tinygpt.book.scoring.score`); ``train_s``: seconds the training took on the machine that
     trained it (``machine``); ``trained_now``: trained by this call rather than loaded;
     ``path``: the cached copy (absent if the cache could not be written).
     """
@@ -133,10 +134,11 @@ def book_model(recipe: Recipe = BOOK_RECIPE, *, progress: bool = True) -> BookMo
     and the model trained is returned all the same.
     """
     if not isinstance(recipe, Recipe):
-        raise TypeError(f"recipe must be a tinygpt.bookmodel.Recipe, got {type(recipe).__name__}")
+        raise TypeError(f"recipe must be a tinygpt.book.trained_model.Recipe, got "
+                        f"{type(recipe).__name__}")
     check_bool(progress, "progress")
-    key = cache.key("bookmodel", _recipe_json(recipe))
-    path = cache.folder() / f"book-model-{key[:20]}"
+    key = results_cache.key("book.trained_model", _recipe_json(recipe))
+    path = results_cache.folder() / f"book-model-{key[:20]}"
     with _lock(path, progress) as locked:
         if path.exists() or path.is_symlink():
             try:

@@ -1,30 +1,92 @@
-"""``write_shards``: the run of ``tinygpt prepare``, from input files to a finished shards folder.
+"""``tinygpt prepare``: text files to a tokenizer and token shards (``tinygpt.shards``).
 
-It handles the order of the work: check the inputs and the folder, reuse a finished folder of
-the same inputs and options (checked by the manifest) or the finished shards of a killed run
-(``.shards-progress.json``), make the tokenizer, encode the parts of the documents in worker
-processes (``tinygpt.prepare``), cut the tokens of each split into shards of ``shard_tokens``,
-write each one to a temporary name and rename it, and write ``shards.json`` last. It does not
-split or encode text itself (``tinygpt.prepare``) or read shards (``tinygpt.shards``).
+``write_shards`` is the run: check the inputs and the output folder (only prepare's own files are
+ever replaced), reuse a finished folder of the same inputs and options (checked by its manifest)
+or the finished shards of a killed run (``.shards-progress.json``), make the tokenizer, encode the
+documents' parts in worker processes (``tinygpt.prepare.workers``), cut each split's tokens into
+shards of ``shard_tokens``, write each to a temporary name and rename it, and write
+``shards.json`` last. Which files and parts: ``tinygpt.prepare.documents``. It does not read
+shards (``tinygpt.shards``) or parse the command line (``tinygpt.cli.prepare``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from tinygpt import prepare as P
 from tinygpt import shards as S
 from tinygpt.data import write_atomically
+from tinygpt.prepare import documents
+from tinygpt.prepare.documents import EOT, Options, find_inputs, parts
+from tinygpt.prepare.workers import Mapper, encode_texts, grouped, make_tokenizer
 
+if TYPE_CHECKING:  # numpy is imported when shards are written: the command line starts fast
+    import numpy as np
+
+# --- the output folder -----------------------------------------------------------------------
+
+def tokenizer_entry(tokenizer: Any, out: Path) -> dict[str, Any]:
+    """The manifest's ``tokenizer``: a char tokenizer's characters, or BPE's saved file."""
+    from tinygpt.tokenizer import CharTokenizer
+
+    if isinstance(tokenizer, CharTokenizer):
+        return {"type": "char", "chars": tokenizer.chars}
+    tmp = out / f".{S.TOKENIZER_FILE}.part"
+    tokenizer.save(tmp)  # also writes .tokenizer.json.vocab, renamed below
+    data = tmp.read_bytes()
+    os.replace(tmp.with_suffix(".vocab"), out / Path(S.TOKENIZER_FILE).with_suffix(".vocab"))
+    write_atomically(data, out / S.TOKENIZER_FILE)
+    tmp.unlink()
+    return {"type": "bpe", "file": S.TOKENIZER_FILE, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def fingerprint(files: list[tuple[str, Path]], options: Options) -> dict[str, Any]:
+    """What a re-run must find unchanged to reuse a run's shards: options, files' sizes and
+    modification times."""
+    stats = [(name, p.stat()) for name, p in files]
+    return {"options": asdict(options),
+            "inputs": [[n, s.st_size, s.st_mtime_ns] for n, s in stats]}
+
+
+def save_json(out: Path, name: str, manifest: dict[str, Any]) -> None:
+    write_atomically(json.dumps(manifest, indent=1).encode(), out / name)
+
+
+def own_file(name: str) -> bool:
+    """Whether ``name`` is one that prepare writes (only those are ever replaced)."""
+    return name in (S.MANIFEST, S.PROGRESS, S.TOKENIZER_FILE, "tokenizer.vocab") or bool(
+        re.fullmatch(r"(train|val)_\d{6}\.bin|\..+\.part", name))
+
+
+def check_out(out: Path, files: list[tuple[str, Path]]) -> Path:
+    """``out`` if prepare may write there: new, empty, or a shards folder (its own files only)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; prepare writes a folder and never replaces it")
+    if any(out.resolve() in p.resolve().parents for _, p in files):
+        raise ValueError(f"--out {out} holds input files: choose a folder of its own")
+    if out.is_dir() and any(out.iterdir()):
+        others = sorted(p.name for p in out.iterdir() if not own_file(p.name))
+        ours = (out / S.MANIFEST).is_file() or (out / S.PROGRESS).is_file()
+        if others or not ours:
+            shown = ", ".join((others or sorted(p.name for p in out.iterdir()))[:3])
+            raise ValueError(f"--out {out} is not empty ({shown}...) and is not a tinygpt shards "
+                             "folder: choose a new or empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+# --- the run ---------------------------------------------------------------------------------
 
 def _write_shard(out: Path, name: str, tokens: np.ndarray) -> str:
     """Write one shard through a temporary name; its SHA-256. No copy of the tokens is made."""
+    import numpy as np
+
     data = memoryview(np.ascontiguousarray(tokens)).cast("B")
     write_atomically(data, out / name)
     return hashlib.sha256(data).hexdigest()
@@ -33,6 +95,8 @@ def _write_shard(out: Path, name: str, tokens: np.ndarray) -> str:
 def _reusable(out: Path, name: str, fp: dict[str, Any]) -> dict[str, Any] | None:
     """The manifest ``name`` in ``out`` if it is of these inputs and options and its shards are
     intact, else None."""
+    import numpy as np
+
     if not (out / name).is_file():
         return None
     manifest = S.read_manifest(out, name)
@@ -50,14 +114,14 @@ def _reusable(out: Path, name: str, fp: dict[str, Any]) -> dict[str, Any] | None
 
 
 def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
-                 options: P.Options | None = None, workers: int | None = None,
+                 options: Options | None = None, workers: int | None = None,
                  progress: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """Tokenize ``inputs`` (a file, folder or glob) into shards in ``out``; the manifest.
 
     A finished ``out`` of the same inputs and options is returned as it is; a killed run's
     finished shards are kept. Another shards folder is refused unless ``overwrite``.
     """
-    options = options or P.Options()
+    options = options or Options()
     if options.tokenizer not in ("char", "bpe", "gpt2"):
         raise ValueError(f"tokenizer must be char, bpe or gpt2, got {options.tokenizer!r}")
     if not 0 < options.val_fraction < 1:
@@ -69,13 +133,13 @@ def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise ValueError(f"--workers must be positive, got {workers}")
-    files = P.find_inputs(inputs)
+    files = find_inputs(inputs)
     folder = Path(inputs).expanduser().resolve()
     if folder.is_dir() and folder in [Path(out).resolve(), *Path(out).resolve().parents]:
         raise ValueError(f"--out {out} is inside the input folder {inputs}: a re-run would read "
                          "the shards as text; choose a folder outside it")
-    out = P.check_out(Path(out).expanduser(), files)
-    fp = P.fingerprint(files, options)
+    out = check_out(Path(out).expanduser(), files)
+    fp = fingerprint(files, options)
     done = _reusable(out, S.MANIFEST, fp)
     if done is not None:
         return done
@@ -92,39 +156,40 @@ def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
     except UnicodeDecodeError as err:
         raise ValueError(f"an input file is not UTF-8 text ({err.reason} at byte "
                          f"{err.start} of a chunk)") from None
-    P.save_json(out, S.MANIFEST, manifest)  # last: the folder is finished
+    save_json(out, S.MANIFEST, manifest)  # last: the folder is finished
     (out / S.PROGRESS).unlink()
     return manifest
 
 
-def _start(files: list, options: P.Options, workers: int, out: Path,
+def _start(files: list, options: Options, workers: int, out: Path,
            fp: dict[str, Any]) -> dict[str, Any]:
     """The progress manifest of a new run, once the tokenizer is made and saved."""
     try:
-        tokenizer = P.make_tokenizer(files, options, workers)
+        tokenizer = make_tokenizer(files, options, workers)
     except UnicodeDecodeError as err:
         raise ValueError(f"an input file is not UTF-8 text ({err.reason})") from None
     vocab = tokenizer.vocab_size
     state = {"format": S.FORMAT, "version": S.VERSION, "fingerprint": fp,
-             "tokenizer": P.tokenizer_entry(tokenizer, out), "vocab_size": vocab,
+             "tokenizer": tokenizer_entry(tokenizer, out), "vocab_size": vocab,
              "dtype": S.shard_dtype(vocab).str,
-             "eot": getattr(tokenizer, "special_tokens", {}).get(P.EOT),
+             "eot": getattr(tokenizer, "special_tokens", {}).get(EOT),
              "shards": {s: [] for s in S.SPLITS},
              "resume": {s: [0, 0] for s in S.SPLITS}}  # (part, token) after the last shard
-    P.save_json(out, S.PROGRESS, state)
+    save_json(out, S.PROGRESS, state)
     return state
 
 
-def _encode_all(files: list, options: P.Options, workers: int, out: Path,
+def _encode_all(files: list, options: Options, workers: int, out: Path,
                 state: dict[str, Any], progress: bool) -> dict[str, Any]:
     """Encode every part not in a finished shard; write the shards; the finished manifest."""
+    import numpy as np
     from tqdm.auto import tqdm
 
     tokenizer = S.load_tokenizer(out, state)
     dtype, eot, resume = np.dtype(state["dtype"]), state["eot"], state["resume"]
-    split_fn = getattr(tokenizer, "_split", None)  # BPE's pre-split; None for characters
+    split_fn = getattr(tokenizer, "pre_split", None)  # BPE's pre-split; None for characters
     buffers: dict[str, list[list[Any]]] = {s: [] for s in S.SPLITS}  # [part, offset, tokens]
-    documents = dict.fromkeys(S.SPLITS, 0)
+    documents_done = dict.fromkeys(S.SPLITS, 0)
     held = dict.fromkeys(S.SPLITS, 0)  # tokens in buffers[split]
 
     def flush(split: str, n: int) -> None:
@@ -144,22 +209,22 @@ def _encode_all(files: list, options: P.Options, workers: int, out: Path,
         entries.append({"file": name, "tokens": len(tokens),
                         "sha256": _write_shard(out, name, tokens)})
         state["resume"][split] = [g, offset + len(use)]
-        P.save_json(out, S.PROGRESS, state)
+        save_json(out, S.PROGRESS, state)
 
     total = sum(p.stat().st_size for _, p in files)
     bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc="prepare")
 
     def todo() -> Iterator[tuple[tuple[int, str, bool, int], str]]:
-        for g, (split, text, last) in enumerate(P.parts(files, split_fn, options)):
-            documents[split] += last
+        for g, (split, text, last) in enumerate(parts(files, split_fn, options)):
+            documents_done[split] += last
             if g >= resume[split][0]:  # parts before it are in the finished shards
                 yield (g, split, last, len(text.encode())), text
             else:
                 bar.update(len(text.encode()))
 
-    mapper = P.Mapper(workers, tokenizer)
+    mapper = Mapper(workers, tokenizer)
     try:
-        tasks = mapper.imap(P._encode, P.grouped(todo(), P.PART_CHARS), 2 * workers)
+        tasks = mapper.imap(encode_texts, grouped(todo(), documents.PART_CHARS), 2 * workers)
         for (g, split, last, size), arr in ((k, a) for keys, arrs in tasks
                                              for k, a in zip(keys, arrs, strict=True)):
             if last and eot is not None:
@@ -180,8 +245,8 @@ def _encode_all(files: list, options: P.Options, workers: int, out: Path,
     tokens = {s: sum(e["tokens"] for e in state["shards"][s]) for s in S.SPLITS}
     if min(tokens.values()) == 0:
         raise ValueError(f"the split by document left {tokens['train']} training and "
-                         f"{tokens['val']} validation tokens ({documents['train']} and "
-                         f"{documents['val']} documents): give more documents (files, or "
+                         f"{tokens['val']} validation tokens ({documents_done['train']} and "
+                         f"{documents_done['val']} documents): give more documents (files, or "
                          "<|endoftext|> between documents) or another --val-fraction")
     manifest = {k: v for k, v in state.items() if k != "resume"}
-    return {**manifest, "tokens": tokens, "documents": documents}
+    return {**manifest, "tokens": tokens, "documents": documents_done}

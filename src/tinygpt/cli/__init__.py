@@ -1,8 +1,10 @@
-"""The command line: ``tinygpt train`` and ``tinygpt sample`` (also ``python -m tinygpt``).
+"""The command line: ``tinygpt train``, ``tinygpt sample`` and ``tinygpt prepare`` (also
+``python -m tinygpt``), one module per command beside this one.
 
-It handles the parser and the exit codes: ``build_parser`` makes both commands (the model and
-training options come from ``GPTConfig`` and ``TrainConfig``, ``tinygpt.cli_options``), and
-``main`` runs ``tinygpt.cli_train.run_train`` or ``tinygpt.cli_sample.run_sample``. A user's
+It handles the parser and the exit codes: ``build_parser`` makes the commands (the model and
+training options come from ``GPTConfig`` and ``TrainConfig``, ``tinygpt.cli.options``), and
+``main`` runs ``tinygpt.cli.train.run_train``, ``tinygpt.cli.sample.run_sample`` or the
+``prepare`` command's function (``tinygpt.cli.prepare``). A user's
 mistake prints one line, ``tinygpt: error: <message>``, with exit code 2 (1 when training
 diverges, ``run_train``); Ctrl-C gives 130 at any moment (torch is imported inside ``main``);
 a closed stdout (``tinygpt sample | head``) ends quietly with 141. ``main`` returns the code
@@ -20,11 +22,11 @@ import threading
 from typing import Any
 
 import tinygpt
-from tinygpt import cli_checks
-from tinygpt.cli_options import dataclass_options, name_options
-from tinygpt.cli_prepare import add_prepare
-from tinygpt.cli_sample import run_sample
-from tinygpt.cli_train import CLI_DEFAULTS, CORPORA, DEFAULT_BPE_VOCAB, run_train
+from tinygpt.cli import preflight
+from tinygpt.cli.options import dataclass_options, name_options
+from tinygpt.cli.prepare import add_prepare
+from tinygpt.cli.sample import run_sample
+from tinygpt.cli.train import CLI_DEFAULTS, CORPORA, DEFAULT_BPE_VOCAB, run_train
 from tinygpt.config import GPTConfig, TrainConfig
 
 EPILOG = """\
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print("tinygpt: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # stdout's reader went away: tinygpt sample | head
-        return cli_checks.quiet_broken_pipe()
+        return preflight.quiet_broken_pipe()
 
 
 def parse_and_run(argv: list[str]) -> int:
@@ -156,7 +158,7 @@ def parse_and_run(argv: list[str]) -> int:
         message = name_options(str(err), GPTConfig, TrainConfig)
         print(f"tinygpt: error: {message}", file=sys.stderr)
         return 2
-    except (MemoryError, RuntimeError) as err:  # past the estimates of tinygpt.cli_checks
+    except (MemoryError, RuntimeError) as err:  # past the estimates of tinygpt.cli.preflight
         if not isinstance(err, MemoryError) and not re.search(
                 r"can't allocate memory|out of memory", str(err), re.IGNORECASE):
             raise

@@ -1,7 +1,7 @@
 """Checkpoints: saving a training run to a folder and loading it back, safely.
 
-A checkpoint folder holds (``tinygpt.ckptio`` says which entries are tinygpt's and how they are
-written; anything else in the folder is the user's and is never touched)
+A checkpoint folder holds (``tinygpt.checkpoint.folder`` says which entries are tinygpt's and how
+they are written; anything else in the folder is the user's and is never touched)
 
 * ``checkpoint.json``: the manifest, written last and swapped in by one atomic rename: the format
   and version, the model and training configs, the step, the tokenizer (a ``CharTokenizer``'s
@@ -22,8 +22,8 @@ before reading, safetensors headers against the config before allocating) and re
 save switched versions meanwhile. It reads safetensors and JSON only -- never pickle. Every
 problem raises ``CheckpointError`` naming the file.
 
-It does not decide when to save (``tinygpt.train``, ``tinygpt.saving``), restore a run's
-optimizer and RNGs (``tinygpt.resume``) or keep several checkpoints.
+It does not decide when to save (``tinygpt.train``, ``tinygpt.checkpoint.run_state``), restore a
+run's optimizer and RNGs (``tinygpt.checkpoint.run_state``) or keep several checkpoints.
 """
 
 from __future__ import annotations
@@ -40,9 +40,25 @@ import torch
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
-from tinygpt import ckptcheck, ckptio
-from tinygpt.ckptcheck import FORMAT, MAX_JSON, VERSION, canonical
-from tinygpt.ckptio import MANIFEST, MODEL_FILE, OPTIMIZER_FILE, CheckpointError
+from tinygpt.checkpoint import verify
+from tinygpt.checkpoint.folder import (
+    MANIFEST,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    VERSION_FILES,
+    CheckpointError,
+    fsync_dir,
+    is_own,
+    is_tinygpt_manifest,
+    locked,
+    new_version,
+    read_regular,
+    remove_stale,
+    remove_version,
+    swap_manifest,
+    write_synced,
+)
+from tinygpt.checkpoint.verify import FORMAT, MAX_JSON, VERSION, canonical
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
@@ -67,14 +83,14 @@ class Checkpoint:
 
 def unique_tensors(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]:
     """The model's state dict with each shared tensor once, and ``{alias: stored name}``."""
-    tensors, aliases = ckptcheck.distinct_tensors(model)
+    tensors, aliases = verify.distinct_tensors(model)
     return {name: t.detach().cpu().contiguous() for name, t in tensors.items()}, aliases
 
 
 def checkpoint_bytes(model: nn.Module, optimizer: bool = True) -> int:
     """About how many bytes a checkpoint of ``model`` takes: the weights, and AdamW's two
     moments per weight (``optimizer``), plus headers, JSON and tokenizer (1 MiB)."""
-    tensors, _ = ckptcheck.distinct_tensors(model)  # counted where they are: nothing is copied
+    tensors, _ = verify.distinct_tensors(model)  # counted where they are: nothing is copied
     weights = sum(t.numel() * t.element_size() for t in tensors.values())
     return weights * (3 if optimizer else 1) + 2**20
 
@@ -132,31 +148,31 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                 else:
                     scalars[f"{idx}.{key}"] = value
         opt_json = {"param_groups": state["param_groups"], "scalars": scalars}
-    bad = ckptcheck.non_finite(tensors) or ckptcheck.non_finite(opt_tensors)
+    bad = verify.non_finite(tensors) or verify.non_finite(opt_tensors)
     if bad is not None:
         raise CheckpointError(f"{out}: not saved: {bad} holds an inf or a NaN (the run "
                               "diverged); the checkpoint already there is kept")
     if out.exists() and not out.is_dir():
         raise CheckpointError(f"{out}: is a file, not a checkpoint folder; it is left alone")
     out.mkdir(parents=True, exist_ok=True)
-    if (out / MANIFEST).exists() and not ckptio._is_tinygpt(out / MANIFEST):
+    if (out / MANIFEST).exists() and not is_tinygpt_manifest(out / MANIFEST):
         raise CheckpointError(f"{out / MANIFEST} was not written by tinygpt, which never "
                               "replaces it: move it away or choose another folder")
-    with ckptio.locked(out):
-        version = ckptio.new_version(out, int(step))
+    with locked(out):
+        version = new_version(out, int(step))
         try:
             blobs = {MODEL_FILE: st_save(tensors, metadata={"format": FORMAT})}
             if optimizer is not None:
                 blobs[OPTIMIZER_FILE] = st_save(opt_tensors, metadata={"format": FORMAT})
             for name, data in blobs.items():
-                ckptio.write_synced(version / name, data)
+                write_synced(version / name, data)
             tok_json = _tokenizer_json(tokenizer, version)
-            for name in ckptio.VERSION_FILES:
+            for name in VERSION_FILES:
                 if name not in blobs and (version / name).exists():  # the tokenizer's files
                     blobs[name] = (version / name).read_bytes()
                     with open(version / name, "rb") as f:
                         os.fsync(f.fileno())
-            ckptio.fsync_dir(version)
+            fsync_dir(version)
             meta = {
                 "format": FORMAT, "version": VERSION, "step": int(step),
                 "model_config": dataclasses.asdict(model_config),
@@ -167,11 +183,11 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                           for name, data in blobs.items()},
             }
             meta["checksum"] = hashlib.sha256(canonical(meta)).hexdigest()
-            ckptio.swap_manifest(out, json.dumps(meta, indent=1).encode("utf-8"))
+            swap_manifest(out, json.dumps(meta, indent=1).encode("utf-8"))
         except BaseException as err:  # an error leaves the previous checkpoint, no new files
             current = _current(out)
             if current.get("folder") != version.name:
-                ckptio.remove_version(version)
+                remove_version(version)
             if isinstance(err, OSError):  # a full disk, a folder made read-only meanwhile...
                 kept = (f"the checkpoint of step {current['step']} there is kept" if "step" in
                         current else "no checkpoint is there")
@@ -179,14 +195,14 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                                       f"{': ' + str(err.filename) if err.filename else ''}); "
                                       f"{kept}") from None
             raise
-        ckptio.remove_stale(out, current=version.name)  # the previous version, killed saves' files
+        remove_stale(out, current=version.name)  # the previous version, killed saves' files
     return out
 
 
 def _current(out: Path) -> dict[str, Any]:
     """The manifest now in ``out`` (unchecked), or ``{}``."""
     try:
-        meta = json.loads(ckptio.read_regular(out / MANIFEST, max_size=MAX_JSON))
+        meta = json.loads(read_regular(out / MANIFEST, max_size=MAX_JSON))
     except (CheckpointError, ValueError):
         return {}
     return meta if isinstance(meta, dict) else {}
@@ -239,25 +255,25 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
         train_config = None if train_raw is None else TrainConfig(**train_raw)
         files = meta["files"]
         version = folder / meta["folder"]
-        if not ckptio.is_own(meta["folder"]) or "/" in meta["folder"]:
+        if not is_own(meta["folder"]) or "/" in meta["folder"]:
             raise CheckpointError(f"{meta_path}: names {meta['folder']!r}, not a version folder")
         for name in files:
-            if name not in ckptio.VERSION_FILES:
+            if name not in VERSION_FILES:
                 raise CheckpointError(f"{meta_path}: names an unknown file {name!r}")
-        blobs, layout = ckptcheck.read_files(version, files, model_config)
+        blobs, layout = verify.read_files(version, files, model_config)
         if MODEL_FILE not in blobs:
             raise CheckpointError(f"{meta_path}: names no {MODEL_FILE}")
-        ckptcheck.check_model_file(blobs[MODEL_FILE], version / MODEL_FILE, model_config,
+        verify.check_model_file(blobs[MODEL_FILE], version / MODEL_FILE, model_config,
                                    meta["tied"], layout)
         opt_tensors = {}
         if meta["optimizer"] is not None:
             if OPTIMIZER_FILE not in blobs:
                 raise CheckpointError(f"{meta_path}: names no {OPTIMIZER_FILE}")
-            ckptcheck.check_optimizer_file(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE,
+            verify.check_optimizer_file(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE,
                                            layout[0])
-            opt_tensors = ckptcheck.tensors(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE)
+            opt_tensors = verify.tensors(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE)
         model = _build_model(model_config,
-                             ckptcheck.tensors(blobs[MODEL_FILE], version / MODEL_FILE))
+                             verify.tensors(blobs[MODEL_FILE], version / MODEL_FILE))
         tokenizer = _tokenizer(meta["tokenizer"], version, blobs)
         if not isinstance(meta["history"], list):
             raise TypeError("history is not a list")
@@ -265,7 +281,7 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
             path=folder, model=model, model_config=model_config, train_config=train_config,
             step=int(meta["step"]), tokenizer=tokenizer,
             optimizer_state=_optimizer_state(meta["optimizer"], opt_tensors, meta_path),
-            rng_states=ckptcheck.rng_states(meta["rng_states"], meta_path), history=meta["history"])
+            rng_states=verify.rng_states(meta["rng_states"], meta_path), history=meta["history"])
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
@@ -286,12 +302,12 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         what = "not a folder" if folder.exists() else "no such checkpoint folder"
         raise CheckpointError(f"{folder}: {what}")
     for attempt in range(20):
-        raw, meta = ckptcheck.read_manifest(folder)
+        raw, meta = verify.read_manifest(folder)
         try:
             return _load(folder, meta)
         except CheckpointError:
             try:
-                again = ckptio.read_regular(folder / META_FILE, max_size=MAX_JSON)
+                again = read_regular(folder / META_FILE, max_size=MAX_JSON)
             except CheckpointError:
                 again = raw
             if again == raw or attempt == 19:  # not a save that switched versions: a real error

@@ -1,5 +1,5 @@
 """``tinygpt prepare``: the options of the command and a summary line; the work is
-``tinygpt.shardwrite.write_shards``."""
+``tinygpt.prepare.write_shards``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import os
 from typing import Any
 
-from tinygpt.prepare import Options
+from tinygpt.prepare.documents import Options
 
 
 def add_prepare(commands: Any, add_option: Any) -> None:
@@ -41,7 +41,7 @@ def add_prepare(commands: Any, add_option: Any) -> None:
 
 def run_prepare(args: argparse.Namespace, argv: list[str]) -> int:
     """``tinygpt prepare``: write the shards, print one summary line."""
-    from tinygpt.shardwrite import write_shards
+    from tinygpt.prepare import write_shards
 
     options = Options(args.tokenizer, args.vocab_size, args.val_fraction, args.seed,
                       args.shard_tokens)

@@ -19,8 +19,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from torch import Tensor
 
-from tinygpt import ckptio
-from tinygpt.ckptio import MANIFEST, MODEL_FILE, OPTIMIZER_FILE, CheckpointError
+from tinygpt.checkpoint.folder import (
+    MANIFEST,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    CheckpointError,
+    open_regular,
+    read_regular,
+)
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
 
@@ -42,7 +48,7 @@ def read_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
     content without the checksum."""
     path = folder / MANIFEST
     try:
-        raw = ckptio.read_regular(path, max_size=MAX_JSON)
+        raw = read_regular(path, max_size=MAX_JSON)
     except CheckpointError as err:
         if str(err).endswith(": missing"):
             raise CheckpointError(f"{path}: missing; is {folder} a checkpoint?") from None
@@ -69,7 +75,7 @@ def read_files(version: Path, files: dict[str, Any],
     against its size and SHA-256, and the layout of ``config``."""
     # Open every file at once: a save that replaces this version can remove the files, but
     # not what is open; the contents are read after the sizes are known to be sane.
-    fds = {name: ckptio.open_regular(version / name) for name in files}
+    fds = {name: open_regular(version / name) for name in files}
     try:
         found = layout(config)  # sizes follow from it, before any read
         weights = sum(SIZES.get(dtype, 8) * numel(shape) for dtype, shape in found[0].values())
@@ -80,7 +86,7 @@ def read_files(version: Path, files: dict[str, Any],
             if size > limits.get(name, MAX_JSON):
                 raise CheckpointError(f"{path}: {size} bytes, more than a checkpoint of this "
                                       f"model config can hold ({limits.get(name, MAX_JSON)})")
-            blobs[name] = ckptio.read_regular(path, size=size, fd=fds.pop(name))
+            blobs[name] = read_regular(path, size=size, fd=fds.pop(name))
             if hashlib.sha256(blobs[name]).hexdigest() != entry["sha256"]:
                 raise CheckpointError(f"{path}: its SHA-256 differs from the one in {MANIFEST}: "
                                       f"the file is truncated or corrupt ({size} bytes)")

@@ -232,7 +232,7 @@ def check_out_dir(spec: str | os.PathLike[str], *, data: str | None = None, resu
                                   "folder of its own for the checkpoint")
     if out.is_dir():
         manifest = out / MANIFEST
-        if manifest.is_symlink() or (manifest.exists() and not _is_tinygpt(manifest)):
+        if manifest.is_symlink() or (manifest.exists() and not is_tinygpt_manifest(manifest)):
             raise CheckpointError(f"{manifest} was not written by tinygpt, which never replaces "
                                   "it: move it away or choose another --out")
         others = user_entries(out)
@@ -245,7 +245,7 @@ def check_out_dir(spec: str | os.PathLike[str], *, data: str | None = None, resu
     return out
 
 
-def _is_tinygpt(manifest: Path) -> bool:
+def is_tinygpt_manifest(manifest: Path) -> bool:
     try:
         head = read_regular(manifest, max_size=1 << 30)[:200]
     except CheckpointError:

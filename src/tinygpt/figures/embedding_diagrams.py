@@ -5,10 +5,11 @@ draws characters -> UTF-8 bytes -> tokens; ``embedding_sum`` the token and posit
 into the residual stream. ``shape_of`` and ``hooked_shapes`` serve every figure module: a shape
 with its letters, and the shapes a real forward pass produces. Every shape shown is read from a
 tensor that a real module produced, so a diagram changes with the ``GPTConfig`` it is given.
-Each returns a ``tinygpt.drawing.Diagram``.
+Each returns a ``tinygpt.figures.drawing.Diagram``.
 
 It does not train anything and draws no plots of data; the later chapters' diagrams are in
-``tinygpt.diagrams_attention`` (chapter 5) and ``tinygpt.diagrams_gpt`` (chapters 6 to 10).
+``tinygpt.figures.attention_diagrams`` (chapter 5) and ``tinygpt.figures.gpt_diagrams`` (chapters 6
+to 10).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from torch import nn
 
 from tinygpt.checks import check_instance
 from tinygpt.config import GPTConfig
-from tinygpt.drawing import Canvas, Diagram
 from tinygpt.embedding import Embeddings
+from tinygpt.figures.drawing import Canvas, Diagram
 from tinygpt.tokenizer import BPETokenizer, render_token
 
 

@@ -7,7 +7,7 @@ divide among the parts. ``training_loop``: one optimizer step as a cycle. ``lr_s
 over a run. ``data_parallel``: processes with replicas, DDP's gradient buckets, the all-reduce.
 Every shape and count is read from a module built from the config given (one forward pass, with
 hooks), the schedule from ``lr_at``, the buckets from torch's own bucketing function. Each returns
-a ``tinygpt.drawing.Diagram``. It trains nothing and starts no process group.
+a ``tinygpt.figures.drawing.Diagram``. It trains nothing and starts no process group.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import torch
 from tinygpt.block import Block
 from tinygpt.checks import check_instance, check_int
 from tinygpt.config import GPTConfig, TrainConfig
-from tinygpt.diagrams import hooked_shapes, shape_of
-from tinygpt.drawing import FILLS, INK, LINE, Canvas, Diagram
+from tinygpt.figures.drawing import FILLS, INK, LINE, Canvas, Diagram
+from tinygpt.figures.embedding_diagrams import hooked_shapes, shape_of
 from tinygpt.model import GPT, parameter_counts
 from tinygpt.train import get_batch, lr_at
 

@@ -10,8 +10,8 @@ so every text is dark ink on a light, opaque fill -- a box, or a small "sticker"
 label -- and lines are a mid grey that reads on white and on the dark theme's near-black.
 ``contrast`` is WCAG's contrast ratio, which the tests apply to these colours.
 
-It does not lay out graphs: the figures (``tinygpt.diagrams``, ``diagrams_attention`` and
-``diagrams_gpt``) give every coordinate. Nothing here reads a model; the figures do.
+It does not lay out graphs: the figures (``embedding_diagrams``, ``attention_diagrams`` and
+``gpt_diagrams`` beside it) give every coordinate. Nothing here reads a model; the figures do.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ FILLS = {  # mid-light fills for boxes, one per kind of thing
 }
 BACKGROUNDS = {"light": "#ffffff", "dark": "#121212"}  # the two themes' page colours
 FONT = 13
-MARK = "<!-- drawn by tinygpt.drawing -->"
+MARK = "<!-- drawn by tinygpt.figures.drawing -->"
 
 
 def _luminance(colour: str) -> float:

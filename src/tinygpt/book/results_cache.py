@@ -25,7 +25,7 @@ from typing import Any
 
 from tinygpt import data
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # src/tinygpt
 
 
 def folder() -> Path:
@@ -33,37 +33,67 @@ def folder() -> Path:
     return data.cache_dir() / "results"
 
 
-def _imports(module: str) -> set[str]:
-    """The tinygpt modules that ``tinygpt.<module>`` imports (by name, without the prefix)."""
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.startswith("tinygpt."):
-                found.add(node.module.split(".")[1])
-            elif node.module == "tinygpt":
-                found |= {a.name for a in node.names if (PACKAGE / f"{a.name}.py").exists()}
+def module_file(module: str) -> Path | None:
+    """The source file of ``tinygpt.<module>`` (``module`` dotted, as ``"book.ladder"``): a
+    module's ``.py`` file or a package's ``__init__.py``; None if there is none."""
+    parts = module.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return None
+    for path in (PACKAGE.joinpath(*parts[:-1], parts[-1] + ".py"),
+                 PACKAGE.joinpath(*parts, "__init__.py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def imports_of(module: str) -> set[str]:
+    """The tinygpt modules (dotted, without the ``tinygpt.`` prefix) whose code runs when
+    ``tinygpt.<module>`` runs: those it imports anywhere in its file (inside functions too), each
+    with the packages that hold it (importing ``tinygpt.checkpoint.folder`` runs
+    ``tinygpt.checkpoint`` first), and, for a module in a package, that package."""
+    path = module_file(module)
+    if path is None:
+        return set()
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+                node.module == "tinygpt" or node.module.startswith("tinygpt.")):
+            base = node.module.removeprefix("tinygpt").removeprefix(".")
+            if base:
+                found.add(base)
+            # `from tinygpt.book import ladder` imports the module tinygpt.book.ladder
+            found |= {f"{base}.{a.name}" if base else a.name for a in node.names}
         elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("tinygpt.")}
-    return {m for m in found if (PACKAGE / f"{m}.py").exists()}
+            found |= {a.name.removeprefix("tinygpt.") for a in node.names
+                      if a.name.startswith("tinygpt.")}
+    if "." in module:
+        found.add(module.rpartition(".")[0])
+    with_parents = set()
+    for name in found:
+        parts = name.split(".")
+        with_parents |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return {name for name in with_parents if name != module and module_file(name) is not None}
 
 
 @functools.cache
 def source_digest(module: str) -> str:
-    """SHA-256 of the source of ``tinygpt.<module>`` and of every tinygpt module it imports
-    (read once per process: ``source_digest.cache_clear()`` reads the files again)."""
-    if not (isinstance(module, str) and module.isidentifier()
-            and (PACKAGE / f"{module}.py").is_file()):
-        raise ValueError(f"module must name a module of tinygpt (as 'bookmodel'), got {module!r}")
+    """SHA-256 of the source of ``tinygpt.<module>`` (dotted, as ``"book.trained_model"``) and of
+    every tinygpt module it imports, followed through their imports and into subpackages (read
+    once per process: ``source_digest.cache_clear()`` reads the files again)."""
+    if not isinstance(module, str) or module_file(module) is None:
+        raise ValueError(f"module must name a module of tinygpt (as 'book.trained_model'), "
+                         f"got {module!r}")
     seen, todo = set(), [module]
     while todo:
         name = todo.pop()
         if name not in seen:
             seen.add(name)
-            todo.extend(_imports(name) - seen)
+            todo.extend(imports_of(name) - seen)
     digest = hashlib.sha256()
     for name in sorted(seen):
-        digest.update(name.encode() + b"\0" + (PACKAGE / f"{name}.py").read_bytes() + b"\0")
+        source = module_file(name)
+        assert source is not None  # imports_of keeps only modules with a file
+        digest.update(name.encode() + b"\0" + source.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -75,7 +105,7 @@ def _version(distribution: str) -> str | None:
 
 
 def key(module: str, recipe: Any) -> str:
-    """The key (64 hex digits) of a result computed by ``tinygpt.<module>`` from ``recipe``
+    """The key (64 hex digits) of a result computed by ``tinygpt.<module>`` (dotted) from ``recipe``
     (JSON-able: dicts, lists, strings, numbers)."""
     import torch
 

@@ -24,7 +24,7 @@ def _ipywidgets() -> Any:
     try:
         import ipywidgets
     except ImportError as err:
-        raise ImportError("tinygpt.widgets needs ipywidgets: pip install ipywidgets (it is in "
+        raise ImportError("tinygpt.book.widgets needs ipywidgets: pip install ipywidgets (it is in "
                           "tinygpt's 'book' extra: pip install 'tinygpt[book]')") from err
     return ipywidgets
 

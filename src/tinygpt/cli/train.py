@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tinygpt import cli_checks
-from tinygpt.cli_options import config_fields, option_flags
+from tinygpt.cli import preflight
+from tinygpt.cli.options import config_fields, option_flags
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.data import DATASETS, load_text, split_train_val
 from tinygpt.shards import is_shards_folder
@@ -96,18 +96,18 @@ def configs_and_tokenizer(args: argparse.Namespace,
 
 
 def run_train(args: argparse.Namespace, argv: list[str]) -> int:
-    """``tinygpt train``: check ``--out`` (``tinygpt.ckptio.check_out_dir``), lock it on rank 0
+    """``tinygpt train``: check ``--out`` (``tinygpt.checkpoint.folder.check_out_dir``), lock it on
+    rank 0
     for the run, and train (``train_into``); exit code 1 with one line if training diverges."""
     from contextlib import nullcontext
 
-    from tinygpt import ckptio
+    from tinygpt.checkpoint.folder import check_out_dir, claim
+    from tinygpt.checkpoint.run_state import TrainingDivergedError
     from tinygpt.distributed import is_main_process
-    from tinygpt.saving import TrainingDivergedError
 
-    out = ckptio.check_out_dir(args.out, data=args.data, resume=args.resume,
-                               overwrite=args.overwrite)
+    out = check_out_dir(args.out, data=args.data, resume=args.resume, overwrite=args.overwrite)
     try:
-        with ckptio.claim(out) if is_main_process() else nullcontext():  # rank 0 writes
+        with claim(out) if is_main_process() else nullcontext():  # rank 0 writes
             return train_into(args, argv)
     except TrainingDivergedError as err:
         print(f"tinygpt: error: {err}", file=sys.stderr)
@@ -129,7 +129,7 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
                          "per character of the text")
     model_config, train_config, tokenizer = configs_and_tokenizer(args, out)
     vocab = tokenizer.vocab_size if tokenizer else args.vocab_size or DEFAULT_BPE_VOCAB
-    cli_checks.check_train_run(dataclasses.replace(model_config, vocab_size=vocab),
+    preflight.check_train_run(dataclasses.replace(model_config, vocab_size=vocab),
                                train_config)
     if is_shards_folder(args.data):
         return run_from_shards(args, argv, model_config, train_config, tokenizer, train_module)
@@ -192,7 +192,7 @@ def run_training(args: argparse.Namespace, argv: list[str], train_module: Any,
 
     out = Path(args.out).expanduser()
     model_config = dataclasses.replace(model_config, vocab_size=tokenizer.vocab_size)
-    cli_checks.check_train_run(model_config, train_config)  # with the tokenizer's vocab_size
+    preflight.check_train_run(model_config, train_config)  # with the tokenizer's vocab_size
     start = time.perf_counter()
     try:
         history = train_module.train(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from tinygpt import cli_checks
+from tinygpt.cli import preflight
 
 # generate's parameters and their options, to name the option in an error about one
 SAMPLING_OPTIONS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
@@ -43,7 +43,7 @@ def sample_and_print(args: argparse.Namespace) -> int:
     from tinygpt.runtime import resolve_device
     from tinygpt.sample import check_sampling, generate
 
-    cli_checks.check_sample_args(args)  # seed, device and sizes
+    preflight.check_sample_args(args)  # seed, device and sizes
     check_sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     ckpt = load_checkpoint(args.out)
     tokenizer = ckpt.tokenizer
@@ -66,9 +66,9 @@ def sample_and_print(args: argparse.Namespace) -> int:
                              "only single-token stop strings are supported")
         stops += found
     device = resolve_device(args.device)
-    need = cli_checks.sample_memory(ckpt.model_config, args.num_samples, len(ids),
+    need = preflight.sample_memory(ckpt.model_config, args.num_samples, len(ids),
                                     args.max_new_tokens)
-    cli_checks.check_memory(need, device.type if device.type == "cpu" else str(device),
+    preflight.check_memory(need, device.type if device.type == "cpu" else str(device),
                             "sampling", "lower --num-samples or --max-new-tokens")
     try:
         model = ckpt.model.to(device)

@@ -1,14 +1,15 @@
-"""The small models of the loss ladder that are not the GPT, and the one loop that trains them all.
+"""The small models of chapters 4 and 5, the loss ladder's rungs between counting and the GPT,
+and the one loop that trains them all.
 
 ``ContextMLP`` is chapter 4's model: a Bengio-style MLP that reads a fixed window of the previous
 ``context`` characters (their embeddings side by side, a hidden layer, logits). ``AttentionOnly``
 is chapter 5's: embeddings, causal self-attention layers in residual connections, a final norm and
 the output layer, with no MLP. Both map ids ``(B, T)`` to logits ``(B, T, V)`` (and a loss, given
-targets), as ``GPT`` does, so that ``tinygpt.scoring.score`` and ``fit`` take any of the three.
+targets), as ``GPT`` does, so that ``tinygpt.book.scoring.score`` and ``fit`` take any of the three.
 
 ``fit`` trains a model by a ``TrainConfig``: AdamW, warm-up and cosine decay (``lr_at``), random
 windows (``get_batch``), gradient clipping. It does not evaluate, save or log; which model and
-which budget each rung gets is decided in ``tinygpt.ladder``.
+which budget each rung gets is decided in ``tinygpt.book.ladder``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch import Tensor, nn
 
 from tinygpt.attention import CausalSelfAttention
 from tinygpt.block import make_norm
-from tinygpt.checks import check_instance, check_int, check_token_ids
+from tinygpt.checks import check_instance, check_int, check_token_ids, inputs_checked
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.embedding import Embeddings
 from tinygpt.model import INIT_STD, init_gpt2
@@ -70,7 +71,6 @@ class AttentionLayer(nn.Module):
         super().__init__()
         self.ln_1 = make_norm(config)
         self.attn = CausalSelfAttention(config)
-        self.attn.checks_input = False  # AttentionOnly checks the ids once
 
     def forward(self, x: Tensor) -> Tensor:
         return x + self.attn(self.ln_1(x))  # (B, T, C)
@@ -97,9 +97,11 @@ class AttentionOnly(nn.Module):
 
     def forward(self, idx: Tensor, targets: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         x = self.transformer.embed(idx)  # (B, T, C), the ids checked here
-        for layer in self.transformer.h:
-            x = layer(x)  # (B, T, C)
-        return _output(self.lm_head(self.transformer.ln_f(x)), targets)  # (B, T, V)
+        with inputs_checked():  # so the layers need not check again
+            for layer in self.transformer.h:
+                x = layer(x)  # (B, T, C)
+            x = self.transformer.ln_f(x)  # (B, T, C)
+        return _output(self.lm_head(x), targets)  # (B, T, V)
 
 
 def fit(model: nn.Module, train_ids: Tensor, block_size: int, config: TrainConfig) -> list[float]:

@@ -5,7 +5,7 @@ weighted sum) with the layer's own numbers; ``causal_mask_grid`` draws ``causal_
 matrix holding the same example's weights; ``multi_head`` the split into heads, attention and
 concatenation with the shapes a forward pass of ``CausalSelfAttention(config)`` produces; and
 ``kv_cache_steps`` a ``KVCache`` filling up over four generation steps. Each returns a
-``tinygpt.drawing.Diagram``.
+``tinygpt.figures.drawing.Diagram``.
 
 It draws what the modules compute; it does not compute attention itself, except the scores
 ``q k^T / sqrt(d_k)`` of the example, which it checks against the layer's own weights.
@@ -20,8 +20,8 @@ import torch
 from tinygpt.attention import CausalSelfAttention, KVCache, causal_mask
 from tinygpt.checks import check_instance, check_int
 from tinygpt.config import GPTConfig
-from tinygpt.diagrams import hooked_shapes, shape_of
-from tinygpt.drawing import Canvas, Diagram
+from tinygpt.figures.drawing import Canvas, Diagram
+from tinygpt.figures.embedding_diagrams import hooked_shapes, shape_of
 
 
 def attention_example(n_embd: int = 4, T: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -1,0 +1,99 @@
+"""The documents of ``tinygpt prepare``: which input files, cut into which parts, in which split.
+
+A file is a document, and so is each ``<|endoftext|>``-separated part of one. Each document goes
+to the validation split when a seeded hash of its name (file, number) falls below
+``val_fraction``, else to training; BPE documents end with the ``<|endoftext|>`` token. Files are
+read in chunks and each document cut into parts at settled pre-split boundaries
+(``tinygpt.stream.settled_cut``), so memory stays bounded by the part size whatever the corpus.
+It does not tokenize (``tinygpt.prepare.workers``) or write anything (``tinygpt.prepare``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tinygpt.stream import settled_cut
+
+EOT = "<|endoftext|>"
+PART_CHARS = 1 << 18  # characters per part, and per task of encoding sent to a worker
+READ_CHARS = 1 << 20  # characters read from a file at a time
+
+
+@dataclass(frozen=True)
+class Options:
+    """What ``prepare`` makes: the tokenizer (``char``, ``bpe`` of ``vocab_size`` or ``gpt2``),
+    the split's ``val_fraction`` and ``seed``, and ``shard_tokens`` tokens per shard."""
+
+    tokenizer: str = "bpe"
+    vocab_size: int = 512
+    val_fraction: float = 0.1
+    seed: int = 1337
+    shard_tokens: int = 100_000_000
+
+
+def is_val(name: str, index: int, options: Options) -> bool:
+    """Whether document ``index`` of file ``name`` is held out: a seeded hash below the fraction."""
+    h = hashlib.sha256(f"{options.seed}:{name}:{index}".encode()).digest()
+    return int.from_bytes(h[:8], "little") / 2**64 < options.val_fraction
+
+
+def doc_pieces(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """``(document number, text, last piece of the document)`` of a file, read in chunks."""
+    keep = len(EOT) - 1  # a separator may straddle two chunks
+    index, carry = 0, ""
+    with open(path, encoding="utf-8", newline="") as f:
+        while chunk := f.read(READ_CHARS):
+            *done, carry = (carry + chunk).split(EOT)
+            for text in done:
+                yield index, text, True
+                index += 1
+            held = next((k for k in range(min(keep, len(carry)), 0, -1)
+                         if EOT.startswith(carry[-k:])), 0)
+            if len(carry) > held:
+                yield index, carry[:len(carry) - held], False
+                carry = carry[len(carry) - held:]
+    yield index, carry, True
+
+
+def parts(files: list[tuple[str, Path]], split_fn: Callable[[str], list[str]] | None,
+          options: Options, part_chars: int = PART_CHARS) -> Iterator[tuple[str, str, bool]]:
+    """``(split, text, ends a document)``: every non-empty document, cut into parts of about
+    ``part_chars`` that encode on their own as within the whole document."""
+    for name, path in files:
+        buffer, size, started = [], 0, False
+        for index, text, last in doc_pieces(path):
+            buffer.append(text)
+            size += len(text)
+            if size < part_chars and not last:
+                continue
+            joined = "".join(buffer)
+            split = "val" if is_val(name, index, options) else "train"
+            cut = len(joined) if last or split_fn is None else settled_cut(joined, split_fn)
+            if cut or (last and started):  # an empty document is left out
+                yield split, joined[:cut], last
+            started = not last and (started or cut > 0)
+            buffer, size = [joined[cut:]], len(joined) - cut
+
+
+def find_inputs(spec: str | os.PathLike[str]) -> list[tuple[str, Path]]:
+    """``(name, path)`` of each input file, sorted: a file, a folder's files (recursively, hidden
+    ones left out) or a glob's matches."""
+    import glob
+
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return [(path.name, path)]
+    if path.is_dir():
+        found = [(p.relative_to(path).as_posix(), p) for p in sorted(path.rglob("*"))
+                 if p.is_file() and not any(s.startswith(".") for s in p.relative_to(path).parts)]
+    else:
+        found = [(m, Path(m)) for m in sorted(glob.glob(os.fspath(path), recursive=True))
+                 if Path(m).is_file()]
+    if not found:
+        raise ValueError(f"{spec}: no such file, no file in that folder, or no file matches that "
+                         "pattern; prepare takes a text file, a folder of them or a glob")
+    return found
