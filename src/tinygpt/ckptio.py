@@ -149,6 +149,28 @@ def read_regular(path: Path, *, max_size: int | None = None, size: int | None = 
 
 # --- the lock ------------------------------------------------------------------------------------
 
+def open_lock(path: Path) -> int:
+    """A read-write descriptor of the lock file ``path``, created if missing; never through a
+    symbolic link, and only a regular file of one link (truncating it harms no other file)."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        if path.is_symlink():
+            raise CheckpointError(f"{path}: is a symbolic link, not tinygpt's lock file; tinygpt "
+                                  "never writes through it: remove it or choose another "
+                                  "folder") from None
+        raise CheckpointError(f"{path.parent}: cannot write there ({err.strerror or err}); "
+                              "nothing was written") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else "a hard link"
+        raise CheckpointError(f"{path}: {what}, not tinygpt's lock file; tinygpt never writes "
+                              "to it: remove it or choose another folder")
+    return fd
+
+
 _held: dict[str, list[object]] = {}  # resolved folder -> [fd, depth, thread id]
 _held_guard = threading.Lock()
 
@@ -172,11 +194,7 @@ def locked(out: Path) -> Iterator[None]:
             held[1] = int(held[1]) - 1  # type: ignore[call-overload]
         return
     path = out / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise CheckpointError(f"{out}: cannot write there ({err.strerror or err}); nothing "
-                              "was trained") from None
+    fd = open_lock(path)
     try:
         import fcntl
     except ImportError:  # Windows: no flock; the folder is not locked
