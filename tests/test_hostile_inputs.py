@@ -61,3 +61,54 @@ def test_a_lock_file_that_is_a_fifo_is_refused(capsys, data, tmp_path):
     os.mkfifo(out / ".tinygpt.lock")
     code, _, err = run(capsys, "train", "--data", data, "--out", out, *TINY)
     assert_refused(code, err, ".tinygpt.lock", "not a regular file")
+
+
+# --- item 2: resuming on another tokenizer's shards -----------------------------------------------
+
+def prepare_cli(capsys, text: str, out: Path, *options: object) -> None:
+    folder = out.parent / f"{out.name}-in"
+    folder.mkdir()
+    for i in range(4):  # four documents, one held out
+        (folder / f"doc{i}.txt").write_text(text, encoding="utf-8")
+    code, _, err = run(capsys, "prepare", folder, "--out", out, "--val-fraction", "0.3",
+                       "--seed", "1", "--workers", "1", "--quiet", *options)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_resume_refuses_shards_of_another_tokenizer_of_the_same_type_and_size(capsys, tmp_path,
+                                                                             kind):
+    from tinygpt.shards import load_tokenizer
+
+    options = ["--tokenizer", kind] + (["--vocab-size", "300"] if kind == "bpe" else [])
+    other = TEXT.replace("z", "#") if kind == "char" else TEXT.upper()
+    prepare_cli(capsys, TEXT, tmp_path / "mine", *options)
+    prepare_cli(capsys, other, tmp_path / "theirs", *options)
+    mine, theirs = load_tokenizer(tmp_path / "mine"), load_tokenizer(tmp_path / "theirs")
+    assert (type(mine), mine.vocab_size) == (type(theirs), theirs.vocab_size)
+    out = tmp_path / "run"
+    assert run(capsys, "train", "--data", tmp_path / "mine", "--out", out, *TINY)[0] == 0
+    code, _, err = run(capsys, "train", "--data", tmp_path / "theirs", "--out", out, *TINY,
+                       "--resume", "--max-iters", "8")
+    assert_refused(code, err, "another of the same size", str(tmp_path / "theirs"))
+    assert run(capsys, "train", "--data", tmp_path / "mine", "--out", out, *TINY,
+               "--resume", "--max-iters", "8")[0] == 0
+
+
+def test_the_api_refuses_to_resume_with_another_tokenizer(tmp_path):
+    import torch
+
+    from tinygpt.config import GPTConfig, TrainConfig
+    from tinygpt.tokenizer import CharTokenizer
+    from tinygpt.train import train
+
+    model = GPTConfig(vocab_size=4, block_size=4, n_layer=1, n_head=1, n_embd=8)
+    cfg = TrainConfig(batch_size=2, max_iters=4, eval_interval=2, eval_iters=1, warmup_iters=1)
+    ids = torch.arange(40) % 4
+    train(model, cfg, ids, ids, out_dir=tmp_path, tokenizer=CharTokenizer("abcd"),
+          progress=False, callback=lambda record, _: record["step"] >= 2)
+    with pytest.raises(ValueError, match="another tokenizer"):
+        train(model, cfg, ids, ids, out_dir=tmp_path, tokenizer=CharTokenizer("abce"),
+              progress=False, resume=True)
+    train(model, cfg, ids, ids, out_dir=tmp_path, tokenizer=CharTokenizer("abcd"),
+          progress=False, resume=True)

@@ -174,11 +174,16 @@ def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPT
     if any(a.startswith("--val-fraction") for a in argv):
         raise ValueError(f"--data {args.data} is a shards folder, split by tinygpt prepare: "
                          "leave --val-fraction out (prepare's --val-fraction sets it)")
+    from tinygpt.tokenizer import tokenizer_fingerprint
+
     theirs = load_tokenizer(args.data, manifest)
-    if tokenizer is not None and (type(tokenizer), tokenizer.vocab_size) != (
-            type(theirs), theirs.vocab_size):
+    if tokenizer is not None and tokenizer_fingerprint(tokenizer) != tokenizer_fingerprint(
+            theirs):
+        same = (type(tokenizer), tokenizer.vocab_size) == (type(theirs), theirs.vocab_size)
         raise ValueError(f"the checkpoint in {args.out} has a tokenizer of "
-                         f"{tokenizer.vocab_size} tokens, the shards in {args.data} another")
+                         f"{tokenizer.vocab_size} tokens, the shards in {args.data} another"
+                         f"{' of the same size but other tokens' if same else ''}: their ids "
+                         "would mean other text; resume on the shards it was trained on")
     return run_training(args, argv, train_module, model_config, train_config, tokenizer or theirs,
                         TokenShards(args.data, "train"), TokenShards(args.data, "val"))
 

@@ -26,6 +26,7 @@ from tinygpt.checkpoint import load_checkpoint
 from tinygpt.ckptio import CheckpointError
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
+from tinygpt.tokenizer import tokenizer_fingerprint
 
 SCHEDULE_FIELDS = ("max_iters", "learning_rate", "min_lr", "warmup_iters", "lr_decay_iters")
 
@@ -76,6 +77,10 @@ def start_run(model_config: GPTConfig, cfg: TrainConfig, proc: Process,
         raise ValueError(f"the checkpoint in {out_dir} has model config {ckpt.model_config}, "
                          f"not {model_config}")
     check_same_schedule(ckpt.history, ckpt.train_config, cfg, ckpt.step, out_dir, lr_at)
+    if tokenizer is not None and ckpt.tokenizer is not None and (
+            tokenizer_fingerprint(tokenizer) != tokenizer_fingerprint(ckpt.tokenizer)):
+        raise ValueError(f"the checkpoint in {out_dir} was trained with another tokenizer than "
+                         f"the one given ({tokenizer!r}): resume with its own (or none)")
     if model is None:
         model = ckpt.model
     else:

@@ -56,6 +56,25 @@ def _check_known(text: str, stoi: dict[str, int]) -> None:
                          f"vocabulary of {len(stoi)} characters")
 
 
+def tokenizer_fingerprint(tokenizer: object) -> str:
+    """A SHA-256 of everything that decides a tokenizer's ids (a char tokenizer's characters;
+    BPE's tokens, merges, pattern and special tokens), the same however it was made or stored:
+    two tokenizers of one type and size that encode differently have different fingerprints."""
+    import hashlib
+
+    if isinstance(tokenizer, CharTokenizer):
+        content: object = {"type": "char", "chars": tokenizer.chars}
+    elif isinstance(tokenizer, BPETokenizer):
+        content = {"type": "bpe", "pattern": tokenizer.pattern,
+                   "special_tokens": sorted(tokenizer.special_tokens.items()),
+                   "tokens": [t.hex() for t in tokenizer.tokens],
+                   "merges": [list(m) for m in tokenizer.merges]}
+    else:
+        raise TypeError(f"not a tinygpt tokenizer: {type(tokenizer).__name__}")
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
 class CharTokenizer:
     """The simplest tokenizer: every character is a token, its id is its index in ``chars``."""
 
