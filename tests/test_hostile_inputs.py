@@ -112,3 +112,75 @@ def test_the_api_refuses_to_resume_with_another_tokenizer(tmp_path):
               progress=False, resume=True)
     train(model, cfg, ids, ids, out_dir=tmp_path, tokenizer=CharTokenizer("abcd"),
           progress=False, resume=True)
+
+
+# --- item 3: what a shards manifest names -------------------------------------------------------
+
+def edit_manifest(folder: Path, change) -> None:
+    """Edit shards.json with ``change`` (and keep its checksum right, as a hostile editor would)."""
+    import json
+
+    from tinygpt import shards
+
+    manifest = json.loads((folder / "shards.json").read_text())
+    change(manifest)
+    if hasattr(shards, "manifest_checksum"):
+        manifest["checksum"] = shards.manifest_checksum(manifest)
+    (folder / "shards.json").write_text(json.dumps(manifest))
+
+
+def char_shards(capsys, tmp_path: Path) -> Path:
+    prepare_cli(capsys, TEXT, tmp_path / "shards", "--tokenizer", "char")
+    return tmp_path / "shards"
+
+
+def bpe_shards(capsys, tmp_path: Path) -> Path:
+    prepare_cli(capsys, TEXT, tmp_path / "shards", "--tokenizer", "bpe", "--vocab-size", "300")
+    return tmp_path / "shards"
+
+
+def train_in_thread(capsys, *argv: object) -> tuple[int, str, str]:
+    """``tinygpt train ARGV`` in a thread: a read that hangs fails the test instead of blocking."""
+    import threading
+
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(run(capsys, "train", *argv)),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert result, "training hung"
+    return result[0]
+
+
+@pytest.mark.parametrize("name", ["../outside_secret.bin", "ABSOLUTE", "sub/train_000000.bin",
+                                  "train_000000.bin/..", 7])
+def test_a_shard_named_outside_the_folder_is_refused(capsys, tmp_path, name):
+    import shutil
+
+    shards = char_shards(capsys, tmp_path)
+    secret = tmp_path / "outside_secret.bin"
+    shutil.copy(shards / "train_000000.bin", secret)
+    (shards / "sub").mkdir()
+    shutil.copy(shards / "train_000000.bin", shards / "sub" / "train_000000.bin")
+    name = str(secret) if name == "ABSOLUTE" else name
+    edit_manifest(shards, lambda m: m["shards"]["train"][0].update(file=name))
+    code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *TINY)
+    assert_refused(code, err, "shards.json", repr(name))
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "symlink"])
+@pytest.mark.parametrize("which", ["train_000000.bin", "tokenizer.json"])
+def test_a_shard_or_tokenizer_that_is_not_a_regular_file_is_refused(capsys, tmp_path, kind,
+                                                                    which):
+    shards = bpe_shards(capsys, tmp_path)
+    target = shards / which
+    (tmp_path / "copy").write_bytes(target.read_bytes())
+    target.unlink()
+    if kind == "dev-zero":
+        target.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to(tmp_path / "copy")
+    code, _, err = train_in_thread(capsys, "--data", shards, "--out", tmp_path / "run", *TINY)
+    assert_refused(code, err, which, "symbolic link" if kind != "fifo" else "not a regular file")

@@ -12,10 +12,14 @@ generator. It does not tokenize or write shards (``tinygpt.prepare``).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
+import re
+import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # numpy and torch are imported when used: the command line imports this
     import numpy as np  # module before torch (tinygpt.cli), and prepare's workers need no torch
@@ -27,6 +31,8 @@ PROGRESS = ".shards-progress.json"  # the manifest of an unfinished run, updated
 TOKENIZER_FILE = "tokenizer.json"
 FORMAT, VERSION = "tinygpt-shards", 1
 SPLITS = ("train", "val")
+MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
+_SHARD_NAME = re.compile(r"(train|val)_\d{6,}\.bin")
 
 
 class ShardError(ValueError):
@@ -49,12 +55,50 @@ def is_shards_folder(folder: str | Path) -> bool:
     return (Path(folder) / MANIFEST).is_file()
 
 
+def open_regular(path: Path, max_size: int | None = None) -> IO[bytes]:
+    """``path`` opened for reading, if it is a regular file (never through a symbolic link, and
+    a FIFO or device is refused without reading) of at most ``max_size`` bytes."""
+    flags = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:  # named after path (np.memmap's filename)
+        f = open(path, "rb", opener=lambda p, mode: os.open(p, mode | flags))  # noqa: SIM115
+    except FileNotFoundError:
+        raise ShardError(f"{path}: missing; the shards folder is incomplete (run tinygpt "
+                         "prepare again)") from None
+    except OSError as err:
+        what = ("is a symbolic link; a shards folder holds regular files only" if
+                err.errno == errno.ELOOP else f"cannot read it ({err.strerror or err})")
+        raise ShardError(f"{path}: {what}") from None
+    info = os.fstat(f.fileno())
+    if not stat.S_ISREG(info.st_mode) or (max_size is not None and info.st_size > max_size):
+        f.close()
+        what = ("not a regular file (a folder, device, FIFO or socket)" if not
+                stat.S_ISREG(info.st_mode) else f"{info.st_size} bytes, more than the {max_size} "
+                "such a file can hold")
+        raise ShardError(f"{path}: {what}; a shards folder holds tinygpt's files only")
+    return f
+
+
+def _named(folder: Path, entry: dict[str, Any], key: str, allowed: re.Pattern[str] | str,
+           where: str) -> Path:
+    """``folder / entry[key]``, if the manifest names one of tinygpt's files by a plain name."""
+    name = entry.get(key) if isinstance(entry, dict) else None
+    ok = isinstance(name, str) and (name == allowed if isinstance(allowed, str)
+                                    else allowed.fullmatch(name) is not None)
+    if not ok:
+        raise ShardError(f"{folder / where}: names the file {name!r}, not one of the names "
+                         "tinygpt prepare writes inside the folder; the manifest is altered")
+    return folder / name
+
+
 def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
     """The manifest ``name`` of ``folder``; ``ShardError`` if absent or not tinygpt's."""
     path = Path(folder) / name
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        with open_regular(path, MAX_JSON) as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+    except ShardError as err:
+        if not str(err).endswith("(run tinygpt prepare again)"):
+            raise
         raise ShardError(f"{path}: no such file; {folder} is not a finished shards folder "
                          "(run tinygpt prepare)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -66,28 +110,36 @@ def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
     return manifest
 
 
+def open_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
+               checksum: bool = True) -> IO[bytes]:
+    """A shard, open, once its name is a shard's, it is a regular file and its size (and
+    SHA-256) match the manifest's ``entry``."""
+    path = _named(folder, entry, "file", _SHARD_NAME, MANIFEST)
+    want = entry["tokens"] * dtype.itemsize
+    f = open_regular(path)
+    try:
+        size = os.fstat(f.fileno()).st_size
+        if size != want:
+            raise ShardError(f"{path}: {size} bytes, the manifest says {want} ({entry['tokens']} "
+                             "tokens): truncated or altered; run tinygpt prepare again")
+        if checksum:
+            digest = hashlib.sha256()
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+            if digest.hexdigest() != entry["sha256"]:
+                raise ShardError(f"{path}: SHA-256 {digest.hexdigest()}, the manifest says "
+                                 f"{entry['sha256']}: altered; run tinygpt prepare again")
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
 def check_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
                 checksum: bool = True) -> Path:
     """The path of a shard once its size (and SHA-256) match the manifest's ``entry``."""
-    path = folder / entry["file"]
-    want = entry["tokens"] * dtype.itemsize
-    try:
-        size = path.stat().st_size
-    except OSError:
-        raise ShardError(f"{path}: missing; the shards folder is incomplete (run tinygpt "
-                         "prepare again)") from None
-    if size != want:
-        raise ShardError(f"{path}: {size} bytes, the manifest says {want} ({entry['tokens']} "
-                         "tokens): truncated or altered; run tinygpt prepare again")
-    if checksum:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                digest.update(block)
-        if digest.hexdigest() != entry["sha256"]:
-            raise ShardError(f"{path}: SHA-256 {digest.hexdigest()}, the manifest says "
-                             f"{entry['sha256']}: altered; run tinygpt prepare again")
-    return path
+    with open_shard(folder, entry, dtype, checksum):
+        return folder / entry["file"]
 
 
 def load_tokenizer(folder: str | Path, manifest: dict[str, Any] | None = None) -> Any:
@@ -98,10 +150,12 @@ def load_tokenizer(folder: str | Path, manifest: dict[str, Any] | None = None) -
     raw = (manifest or read_manifest(folder))["tokenizer"]
     if raw["type"] == "char":
         return CharTokenizer(raw["chars"])
-    data = (folder / raw["file"]).read_bytes()
+    path = _named(folder, raw, "file", TOKENIZER_FILE, MANIFEST)
+    with open_regular(path, MAX_JSON) as f:
+        data = f.read()
     if hashlib.sha256(data).hexdigest() != raw["sha256"]:
-        raise ShardError(f"{folder / raw['file']}: SHA-256 differs from the manifest's: altered")
-    return BPETokenizer.load(folder / raw["file"], data=data)
+        raise ShardError(f"{path}: SHA-256 differs from the manifest's: altered")
+    return BPETokenizer.load(path, data=data)
 
 
 class TokenShards:
@@ -118,8 +172,11 @@ class TokenShards:
         self.vocab_size: int = manifest["vocab_size"]
         entries = manifest["shards"][split]
         # np.memmap maps the file: pages are read when a window touches them, never all at once
-        self.arrays = [np.memmap(check_shard(self.folder, e, self.dtype, checksum),
-                                 dtype=self.dtype, mode="r") for e in entries]
+        self.arrays = []
+        for e in entries:
+            with open_shard(self.folder, e, self.dtype, checksum) as f:  # the file checked
+                self.arrays.append(np.memmap(f, dtype=self.dtype, mode="r") if e["tokens"]
+                                   else np.zeros(0, self.dtype))
         self.split = split
 
     def __len__(self) -> int:
