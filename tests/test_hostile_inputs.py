@@ -184,3 +184,72 @@ def test_a_shard_or_tokenizer_that_is_not_a_regular_file_is_refused(capsys, tmp_
         target.symlink_to(tmp_path / "copy")
     code, _, err = train_in_thread(capsys, "--data", shards, "--out", tmp_path / "run", *TINY)
     assert_refused(code, err, which, "symbolic link" if kind != "fifo" else "not a regular file")
+
+
+# --- item 4: prepare's lock -----------------------------------------------------------------------
+
+HOLDER = """
+import sys
+from pathlib import Path
+from tinygpt import ckptio
+with ckptio.locked(Path(sys.argv[1])):
+    print("LOCKED", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_second_prepare_into_a_folder_in_use_is_refused_and_changes_nothing(capsys, tmp_path):
+    import subprocess
+    import sys
+
+    import tinygpt
+
+    shards = char_shards(capsys, tmp_path)
+    before = {p.name: p.read_bytes() for p in shards.iterdir() if p.name != ".tinygpt.lock"}
+    env = {**os.environ, "PYTHONPATH": str(Path(tinygpt.__file__).parents[1])}
+    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(shards)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert first.stdout.readline().strip() == "LOCKED"
+        code, _, err = run(capsys, "prepare", tmp_path / "shards-in", "--out", shards,
+                           "--tokenizer", "bpe", "--vocab-size", "300", "--overwrite",
+                           "--workers", "1", "--quiet")
+        assert_refused(code, err, str(shards), "in use by another tinygpt process",
+                       f"pid {first.pid}")
+        after = {p.name: p.read_bytes() for p in shards.iterdir() if p.name != ".tinygpt.lock"}
+        assert after == before
+    finally:
+        first.communicate("\n", timeout=60)
+    code, _, err = run(capsys, "prepare", tmp_path / "shards-in", "--out", shards, "--tokenizer",
+                       "bpe", "--vocab-size", "300", "--overwrite", "--workers", "1", "--quiet",
+                       "--val-fraction", "0.3", "--seed", "1")
+    assert code == 0, err  # once the first one ended, the folder is free
+
+
+def test_prepare_takes_a_folder_holding_only_a_left_lock(capsys, tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / ".tinygpt.lock").write_text("12345\n")  # left by a prepare killed at its start
+    prepare_cli(capsys, TEXT, shards, "--tokenizer", "char")
+    assert (shards / "shards.json").is_file()
+
+
+def test_a_finished_prepare_leaves_no_lock_and_a_lock_removed_meanwhile_is_no_lock(capsys,
+                                                                                  tmp_path,
+                                                                                  monkeypatch):
+    import fcntl
+
+    from tinygpt import ckptio
+
+    shards = char_shards(capsys, tmp_path)
+    assert not (shards / ".tinygpt.lock").exists()  # the folder holds the shards only
+    real = fcntl.flock
+
+    def holder_ends_first(fd, op):  # the holder removes its lock file just before we get it
+        (shards / ".tinygpt.lock").unlink()
+        return real(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", holder_ends_first)
+    with pytest.raises(ckptio.CheckpointError, match="until a moment ago"), \
+            ckptio.locked(shards):
+        pass

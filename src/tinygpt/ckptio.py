@@ -209,6 +209,13 @@ def locked(out: Path) -> Iterator[None]:
                 raise CheckpointError(
                     f"{out} is in use by another tinygpt process (pid {other}), which holds "
                     f"{path}: wait for it to end, or choose another --out") from None
+            try:  # a holder that ends removes the file: this one, locked, is then no lock
+                same = os.path.samestat(os.fstat(fd), os.lstat(path))
+            except OSError:
+                same = False
+            if not same:
+                raise CheckpointError(f"{out} was in use by another tinygpt process until a "
+                                      f"moment ago ({path} was replaced): try again")
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, f"{os.getpid()}\n".encode())  # for the message of a second trainer

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from tinygpt import shards as S
+from tinygpt.ckptio import LOCK_FILE
 from tinygpt.data import write_atomically
 from tinygpt.stream import settled_cut, split_at_spaces, words
 
@@ -274,8 +275,8 @@ def own_file(name: str) -> bool:
     """Whether ``name`` is one that prepare writes (only those are ever replaced)."""
     import re
 
-    return name in (S.MANIFEST, S.PROGRESS, S.TOKENIZER_FILE, "tokenizer.vocab") or bool(
-        re.fullmatch(r"(train|val)_\d{6}\.bin|\..+\.part", name))
+    return name in (S.MANIFEST, S.PROGRESS, S.TOKENIZER_FILE, "tokenizer.vocab",
+                    LOCK_FILE) or bool(re.fullmatch(r"(train|val)_\d{6}\.bin|\..+\.part", name))
 
 
 def check_out(out: Path, files: list[tuple[str, Path]]) -> Path:
@@ -284,7 +285,7 @@ def check_out(out: Path, files: list[tuple[str, Path]]) -> Path:
         raise ValueError(f"--out {out} is a file; prepare writes a folder and never replaces it")
     if any(out.resolve() in p.resolve().parents for _, p in files):
         raise ValueError(f"--out {out} holds input files: choose a folder of its own")
-    if out.is_dir() and any(out.iterdir()):
+    if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):  # the lock: prepare's
         others = sorted(p.name for p in out.iterdir() if not own_file(p.name))
         ours = (out / S.MANIFEST).is_file() or (out / S.PROGRESS).is_file()
         if others or not ours:

@@ -10,6 +10,7 @@ split or encode text itself (``tinygpt.prepare``) or read shards (``tinygpt.shar
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from tinygpt import ckptio
 from tinygpt import prepare as P
 from tinygpt import shards as S
 from tinygpt.data import write_atomically
@@ -75,6 +77,16 @@ def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
         raise ValueError(f"--out {out} is inside the input folder {inputs}: a re-run would read "
                          "the shards as text; choose a folder outside it")
     out = P.check_out(Path(out).expanduser(), files)
+    with ckptio.locked(out):  # one prepare (or trainer) per folder; a second one is refused
+        try:
+            return _write_locked(files, out, options, workers, progress, overwrite)
+        finally:  # removed while still held: the folder holds only the shards
+            with contextlib.suppress(OSError):
+                (out / ckptio.LOCK_FILE).unlink()
+
+
+def _write_locked(files: list, out: Path, options: P.Options, workers: int, progress: bool,
+                  overwrite: bool) -> dict[str, Any]:
     fp = P.fingerprint(files, options)
     done = _reusable(out, S.MANIFEST, fp)
     if done is not None:
@@ -85,7 +97,8 @@ def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
     state = _reusable(out, S.PROGRESS, fp)
     if state is None:
         for p in out.iterdir():  # only prepare's own files are in out (check_out)
-            p.unlink()
+            if p.name != ckptio.LOCK_FILE:
+                p.unlink()
         state = _start(files, options, workers, out, fp)
     try:
         manifest = _encode_all(files, options, workers, out, state, progress)
