@@ -253,3 +253,23 @@ def test_a_finished_prepare_leaves_no_lock_and_a_lock_removed_meanwhile_is_no_lo
     with pytest.raises(ckptio.CheckpointError, match="until a moment ago"), \
             ckptio.locked(shards):
         pass
+
+
+# --- item 5: prepare never reads its own output as text -----------------------------------------
+
+def test_prepare_skips_a_shards_folder_among_its_inputs_and_refuses_one_alone(capsys, tmp_path):
+    import json
+
+    data = tmp_path / "data"
+    data.mkdir()
+    prepare_cli(capsys, TEXT, data / "shards", "--tokenizer", "char")  # data/shards-in: the text
+    code, _, err = run(capsys, "prepare", data, "--out", tmp_path / "all", "--tokenizer", "char",
+                       "--val-fraction", "0.3", "--seed", "1", "--workers", "1", "--quiet")
+    assert code == 0, err
+    assert f"note: skipping {data / 'shards'}" in err
+    inputs = json.loads((tmp_path / "all" / "shards.json").read_text())["fingerprint"]["inputs"]
+    assert sorted(name for name, *_ in inputs) == [f"shards-in/doc{i}.txt" for i in range(4)]
+    code, _, err = run(capsys, "prepare", data / "shards", "--out", tmp_path / "again",
+                       "--tokenizer", "char", "--quiet")
+    assert_refused(code, err, "only tinygpt shards folders", str(data / "shards"))
+    assert not (tmp_path / "again").exists()
