@@ -273,3 +273,40 @@ def test_prepare_skips_a_shards_folder_among_its_inputs_and_refuses_one_alone(ca
                        "--tokenizer", "char", "--quiet")
     assert_refused(code, err, "only tinygpt shards folders", str(data / "shards"))
     assert not (tmp_path / "again").exists()
+
+
+# --- item 6: shards.json checks itself, its dtype and the ids -------------------------------------
+
+def test_a_bit_flip_in_shards_json_is_caught_by_its_checksum(capsys, tmp_path):
+    shards = char_shards(capsys, tmp_path)
+    raw = (shards / "shards.json").read_text()
+    assert raw.count('"z"') == 1
+    (shards / "shards.json").write_text(raw.replace('"z"', '"{"'))  # 'z' is 0x7a, '{' 0x7b
+    code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *TINY)
+    assert_refused(code, err, "shards.json", "checksum")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("dtype", ["|u1", "<i2", ">u2", "<u4", "<f4"])
+def test_a_dtype_tinygpt_does_not_write_is_refused(capsys, tmp_path, dtype):
+    shards = char_shards(capsys, tmp_path)
+    edit_manifest(shards, lambda m: m.update(dtype=dtype))
+    code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *TINY)
+    assert_refused(code, err, "shards.json", f"dtype {dtype!r}")
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_a_shard_holding_an_id_outside_the_vocabulary_is_refused(capsys, tmp_path, split):
+    import hashlib
+
+    import numpy as np
+
+    shards = char_shards(capsys, tmp_path)
+    path = shards / f"{split}_000000.bin"
+    ids = np.fromfile(path, dtype="<u2")
+    ids[len(ids) // 2] = 999  # the vocabulary has a few dozen characters
+    path.write_bytes(ids.tobytes())
+    digest = hashlib.sha256(ids.tobytes()).hexdigest()
+    edit_manifest(shards, lambda m: m["shards"][split][0].update(sha256=digest))
+    code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *TINY)
+    assert_refused(code, err, path.name, "token id 999", "outside the vocabulary")

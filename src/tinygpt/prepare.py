@@ -247,7 +247,9 @@ def fingerprint(files: list[tuple[str, Path]], options: Options) -> dict[str, An
 
 
 def save_json(out: Path, name: str, manifest: dict[str, Any]) -> None:
-    write_atomically(json.dumps(manifest, indent=1).encode(), out / name)
+    """Write a manifest with the checksum of its content (``tinygpt.shards.read_manifest``)."""
+    checked = {**manifest, "checksum": S.manifest_checksum(manifest)}
+    write_atomically(json.dumps(checked, indent=1).encode(), out / name)
 
 
 # --- inputs, output folder, and the run --------------------------------------------------------

@@ -90,6 +90,14 @@ def _named(folder: Path, entry: dict[str, Any], key: str, allowed: re.Pattern[st
     return folder / name
 
 
+def manifest_checksum(manifest: dict[str, Any]) -> str:
+    """The SHA-256 a manifest carries of its own content (sorted keys, no spaces, without the
+    ``checksum`` entry itself): an edited or damaged manifest is caught before it is used."""
+    content = {k: v for k, v in manifest.items() if k != "checksum"}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
     """The manifest ``name`` of ``folder``; ``ShardError`` if absent or not tinygpt's."""
     path = Path(folder) / name
@@ -107,13 +115,24 @@ def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
         raise ShardError(f"{path} is not a {FORMAT} manifest")
     if manifest.get("version") != VERSION:
         raise ShardError(f"{path}: version {manifest.get('version')!r} is not supported")
+    if manifest.pop("checksum", None) != manifest_checksum(manifest):
+        raise ShardError(f"{path}: its checksum does not match its content (or it has none): "
+                         "the file was edited, damaged or written by an older tinygpt; run "
+                         "tinygpt prepare again")
+    vocab, dtype = manifest.get("vocab_size"), manifest.get("dtype")
+    if type(vocab) is not int or vocab < 1 or dtype != shard_dtype(vocab).str:
+        raise ShardError(f"{path}: dtype {dtype!r} for vocab_size {vocab!r}; tinygpt writes "
+                         "'<u2' for a vocabulary of up to 65536 tokens, else '<u4'")
     return manifest
 
 
 def open_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
-               checksum: bool = True) -> IO[bytes]:
+               checksum: bool = True, vocab_size: int | None = None) -> IO[bytes]:
     """A shard, open, once its name is a shard's, it is a regular file and its size (and
-    SHA-256) match the manifest's ``entry``."""
+    SHA-256) match the manifest's ``entry``; with ``vocab_size``, once every id is below it
+    (checked in the same pass as the SHA-256, or in a pass of its own without ``checksum``)."""
+    import numpy as np
+
     path = _named(folder, entry, "file", _SHARD_NAME, MANIFEST)
     want = entry["tokens"] * dtype.itemsize
     f = open_regular(path)
@@ -122,13 +141,20 @@ def open_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
         if size != want:
             raise ShardError(f"{path}: {size} bytes, the manifest says {want} ({entry['tokens']} "
                              "tokens): truncated or altered; run tinygpt prepare again")
-        if checksum:
-            digest = hashlib.sha256()
+        digest, top = hashlib.sha256(), -1
+        if checksum or vocab_size is not None:
             for block in iter(lambda: f.read(1 << 22), b""):
                 digest.update(block)
-            if digest.hexdigest() != entry["sha256"]:
-                raise ShardError(f"{path}: SHA-256 {digest.hexdigest()}, the manifest says "
-                                 f"{entry['sha256']}: altered; run tinygpt prepare again")
+                if vocab_size is not None:
+                    top = max(top, int(np.frombuffer(block, dtype=dtype).max()))
+            f.seek(0)
+        if checksum and digest.hexdigest() != entry["sha256"]:
+            raise ShardError(f"{path}: SHA-256 {digest.hexdigest()}, the manifest says "
+                             f"{entry['sha256']}: altered; run tinygpt prepare again")
+        if vocab_size is not None and top >= vocab_size:
+            raise ShardError(f"{path}: holds token id {top}, outside the vocabulary of "
+                             f"{vocab_size} tokens that {MANIFEST} gives; run tinygpt prepare "
+                             "again")
     except BaseException:
         f.close()
         raise
@@ -144,10 +170,18 @@ def check_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
 
 def load_tokenizer(folder: str | Path, manifest: dict[str, Any] | None = None) -> Any:
     """The tokenizer the shards of ``folder`` were encoded with (its file checked)."""
+    folder = Path(folder)
+    manifest = manifest or read_manifest(folder)
+    tokenizer = _tokenizer(folder, manifest["tokenizer"])
+    if tokenizer.vocab_size != manifest["vocab_size"]:
+        raise ShardError(f"{folder / MANIFEST}: vocab_size {manifest['vocab_size']}, but its "
+                         f"tokenizer has {tokenizer.vocab_size} tokens: altered")
+    return tokenizer
+
+
+def _tokenizer(folder: Path, raw: dict[str, Any]) -> Any:
     from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 
-    folder = Path(folder)
-    raw = (manifest or read_manifest(folder))["tokenizer"]
     if raw["type"] == "char":
         return CharTokenizer(raw["chars"])
     path = _named(folder, raw, "file", TOKENIZER_FILE, MANIFEST)
@@ -174,7 +208,8 @@ class TokenShards:
         # np.memmap maps the file: pages are read when a window touches them, never all at once
         self.arrays = []
         for e in entries:
-            with open_shard(self.folder, e, self.dtype, checksum) as f:  # the file checked
+            with open_shard(self.folder, e, self.dtype, checksum,  # the file checked
+                            self.vocab_size if checksum or split == "val" else None) as f:
                 self.arrays.append(np.memmap(f, dtype=self.dtype, mode="r") if e["tokens"]
                                    else np.zeros(0, self.dtype))
         self.split = split

@@ -37,7 +37,10 @@ def _reusable(out: Path, name: str, fp: dict[str, Any]) -> dict[str, Any] | None
     intact, else None."""
     if not (out / name).is_file():
         return None
-    manifest = S.read_manifest(out, name)
+    try:
+        manifest = S.read_manifest(out, name)
+    except S.ShardError:  # altered: not reused (and replaced only with --overwrite)
+        return None
     if manifest.get("fingerprint") != fp:
         return None
     dtype = np.dtype(manifest["dtype"])
