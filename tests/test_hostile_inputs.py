@@ -310,3 +310,45 @@ def test_a_shard_holding_an_id_outside_the_vocabulary_is_refused(capsys, tmp_pat
     edit_manifest(shards, lambda m: m["shards"][split][0].update(sha256=digest))
     code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *TINY)
     assert_refused(code, err, path.name, "token id 999", "outside the vocabulary")
+
+
+# --- item 7: a pattern read from a file -----------------------------------------------------------
+
+REDOS = r"(a|a)*c|[\s\S]"  # 'a' * 40 takes 2**40 steps to fail the first branch
+
+
+def test_a_tokenizer_file_with_an_unknown_pattern_is_refused_unless_given(tmp_path):
+    import json
+
+    from tinygpt.tokenizer import BPETokenizer
+
+    path = tmp_path / "tok.json"
+    BPETokenizer.train(TEXT, 270).save(path)
+    model = json.loads(path.read_text())
+    model["pattern"] = REDOS
+    path.write_text(json.dumps(model))
+    with pytest.raises(ValueError, match=r"tok\.json.*not GPT-2.s or GPT-4.s"):
+        BPETokenizer.load(path)
+    mine = r"\w+|\s+|[^\w\s]+"  # a pattern of one's own is loaded when it is given
+    BPETokenizer.train(TEXT, 270, pattern=mine).save(path)
+    with pytest.raises(ValueError, match=r"pattern=\.\.\."):
+        BPETokenizer.load(path)
+    assert BPETokenizer.load(path, pattern=mine).pattern == mine
+    for name in ("gpt2", "gpt4", "none"):
+        BPETokenizer.train(TEXT, 270, pattern=name).save(path)
+        BPETokenizer.load(path)
+
+
+def test_shards_whose_tokenizer_has_an_unknown_pattern_are_refused(capsys, tmp_path):
+    import hashlib
+    import json
+
+    shards = bpe_shards(capsys, tmp_path)
+    model = json.loads((shards / "tokenizer.json").read_text())
+    model["pattern"] = REDOS
+    data = json.dumps(model).encode()
+    (shards / "tokenizer.json").write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    edit_manifest(shards, lambda m: m["tokenizer"].update(sha256=digest))
+    code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *TINY)
+    assert_refused(code, err, "tokenizer.json", "not GPT-2's or GPT-4's")

@@ -293,9 +293,14 @@ class BPETokenizer(StreamEncoding):
         vocab_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, path: str | Path, data: bytes | None = None) -> BPETokenizer:
+    def load(cls, path: str | Path, data: bytes | None = None,
+             pattern: str | None = None) -> BPETokenizer:
         """Read a tokenizer written by :meth:`save` (or from ``data``, the file's bytes, when the
-        caller has read and checked them already); ValueError naming the file if it is not one."""
+        caller has read and checked them already); ValueError naming the file if it is not one.
+
+        The file's pre-split pattern must be GPT-2's, GPT-4's or none, or else the ``pattern``
+        given (a name or the regex itself): a regular expression read from a file could take
+        forever to match (catastrophic backtracking), so only a known one is compiled."""
         try:
             raw = Path(path).read_bytes() if data is None else data
             model = json.loads(raw.decode("utf-8"))
@@ -306,6 +311,13 @@ class BPETokenizer(StreamEncoding):
                                  f"(expected {_VERSION})")
             tokens = [bytes.fromhex(t) for t in model["tokens"]]
             merges = [(int(a), int(b)) for a, b in model["merges"]]
+            known = (None, GPT2_PATTERN, GPT4_PATTERN, resolve_pattern(pattern))
+            if model["pattern"] not in known:
+                raise ValueError(
+                    f"its pre-split pattern {str(model['pattern'])[:80]!r} is not GPT-2's or "
+                    "GPT-4's; a pattern read from a file is compiled only when known (one could "
+                    "take forever to match): if it is yours, pass it, "
+                    "BPETokenizer.load(path, pattern=...)")
             return cls(tokens, merges, model["pattern"], model["special_tokens"])
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError,
                 ValueError) as err:
