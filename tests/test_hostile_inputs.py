@@ -165,7 +165,7 @@ def test_a_shard_named_outside_the_folder_is_refused(capsys, tmp_path, name):
     name = str(secret) if name == "ABSOLUTE" else name
     edit_manifest(shards, lambda m: m["shards"]["train"][0].update(file=name))
     code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *TINY)
-    assert_refused(code, err, "shards.json", repr(name))
+    assert_refused(code, err, "shards.json", repr(name) if isinstance(name, str) else "'file'")
 
 
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo", "symlink"])
@@ -352,3 +352,120 @@ def test_shards_whose_tokenizer_has_an_unknown_pattern_are_refused(capsys, tmp_p
     edit_manifest(shards, lambda m: m["tokenizer"].update(sha256=digest))
     code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *TINY)
     assert_refused(code, err, "tokenizer.json", "not GPT-2's or GPT-4's")
+
+
+# --- item 8: deeply nested and key-less JSON, in every file tinygpt reads back -------------------
+
+NESTED = ("[" * 100_000 + "]" * 100_000).encode()  # json.loads: RecursionError
+
+
+def test_nested_or_key_less_json_in_any_file_tinygpt_wrote_is_a_clear_error(capsys, tmp_path,
+                                                                           monkeypatch):
+    import hashlib
+    import json
+    import shutil
+    import warnings
+
+    from conftest import rewrite_manifest
+
+    from tinygpt import cache, ladder, shards
+    from tinygpt.checkpoint import load_checkpoint
+    from tinygpt.ckptcheck import canonical
+    from tinygpt.ckptio import CheckpointError
+    from tinygpt.tokenizer import BPETokenizer
+
+    def refused(argv, *words):
+        code, _, err = run(capsys, *argv)
+        assert_refused(code, err, *words)
+
+    fields = {"format": "tinygpt-checkpoint", "version": 2}  # with a right checksum, no keys
+    ckpt_keyless = json.dumps({**fields, "checksum": hashlib.sha256(canonical(fields))
+                               .hexdigest()}).encode()
+    fields = {"format": "tinygpt-shards", "version": 1, "vocab_size": 40, "dtype": "<u2"}
+    shards_keyless = json.dumps({**fields, "checksum": shards.manifest_checksum(fields)}).encode()
+    tok_keyless = json.dumps({"format": "tinygpt-bpe", "version": 1}).encode()
+
+    # a checkpoint's manifest, read by sample and load_checkpoint
+    ck, text = tmp_path / "ck", tmp_path / "t.txt"
+    text.write_text(TEXT)
+    code, _, err = run(capsys, "train", "--data", text, "--out", ck, "--tokenizer", "bpe",
+                       "--vocab-size", "270", *TINY)
+    assert code == 0, err
+    good = (ck / "checkpoint.json").read_bytes()
+    for payload in (NESTED, ckpt_keyless):
+        (ck / "checkpoint.json").write_bytes(payload)
+        refused(["sample", "--out", ck, "--max-new-tokens", "5"], "checkpoint.json")
+        with pytest.raises(CheckpointError, match=r"checkpoint\.json"):
+            load_checkpoint(ck)
+    (ck / "checkpoint.json").write_bytes(good)
+
+    # a checkpoint's tokenizer.json (its size and SHA-256 in the manifest updated)
+    version = ck / json.loads(good)["folder"]
+    tok_good = (version / "tokenizer.json").read_bytes()
+    for payload in (NESTED, tok_keyless):
+        (version / "tokenizer.json").write_bytes(payload)
+        entry = {"sha256": hashlib.sha256(payload).hexdigest(), "size": len(payload)}
+        rewrite_manifest(ck, lambda m, e=entry: m["files"].update({"tokenizer.json": e}))
+        with pytest.raises(CheckpointError, match=r"tokenizer\.json"):
+            load_checkpoint(ck)
+        with pytest.raises(ValueError, match=r"tokenizer\.json"):
+            BPETokenizer.load(version / "tokenizer.json")
+
+    # a checkpoint without its RNG states, resumed
+    (version / "tokenizer.json").write_bytes(tok_good)
+    (ck / "checkpoint.json").write_bytes(good)
+    rewrite_manifest(ck, lambda m: m.update(rng_states={}))
+    refused(["train", "--data", text, "--out", ck, *TINY, "--resume",
+             "--max-iters", "8"], "no RNG state 'torch'")
+
+    # a shards folder's manifest and tokenizer file, and prepare's progress file
+    folder = bpe_shards(capsys, tmp_path)
+    manifest = (folder / "shards.json").read_bytes()
+    for payload in (NESTED, shards_keyless):
+        (folder / "shards.json").write_bytes(payload)
+        refused(["train", "--data", folder, "--out", tmp_path / "run", *TINY], "shards.json")
+    (folder / "shards.json").write_bytes(manifest)
+    for drop in ("dtype", "tokenizer", "shards", "eot"):
+        edit_manifest(folder, lambda m, k=drop: m.pop(k))
+        refused(["train", "--data", folder, "--out", tmp_path / "run", *TINY], "shards.json")
+        (folder / "shards.json").write_bytes(manifest)
+    for split, key in (("val", "file"), ("train", "sha256"), ("val", "tokens")):
+        edit_manifest(folder, lambda m, s=split, k=key: m["shards"][s][0].pop(k))
+        refused(["train", "--data", folder, "--out", tmp_path / "run", *TINY], "shards.json")
+        (folder / "shards.json").write_bytes(manifest)
+    tokenizer = (folder / "tokenizer.json").read_bytes()
+    special = json.loads(tokenizer)
+    assert special["special_tokens"] == {"<|endoftext|>": 299}
+    special["special_tokens"] = [[1, 299]]  # a list of pairs: dict() takes it, 1 is no string
+    for payload in (NESTED, tok_keyless, json.dumps(special).encode()):
+        (folder / "tokenizer.json").write_bytes(payload)
+        digest = hashlib.sha256(payload).hexdigest()
+        edit_manifest(folder, lambda m, d=digest: m["tokenizer"].update(sha256=d))
+        refused(["train", "--data", folder, "--out", tmp_path / "run", *TINY], "tokenizer.json")
+        with pytest.raises(ValueError, match=r"tokenizer\.json"):
+            BPETokenizer.load(folder / "tokenizer.json")
+        (folder / "shards.json").write_bytes(manifest)
+    (folder / "tokenizer.json").write_bytes(tokenizer)
+    again = tmp_path / "again"
+    shutil.copytree(folder, again)
+    (again / "shards.json").unlink()
+    for payload in (NESTED, shards_keyless):  # a killed run's progress: started over
+        (again / ".shards-progress.json").write_bytes(payload)
+        code, _, err = run(capsys, "prepare", tmp_path / "shards-in", "--out", again,
+                           "--tokenizer", "bpe", "--vocab-size", "300", "--val-fraction", "0.3",
+                           "--seed", "1", "--workers", "1", "--quiet")
+        assert code == 0, err
+        assert (again / "shards.json").read_bytes() == manifest
+        (again / "shards.json").unlink()
+
+    # a cached result (ladder.rung_loss): reported, and computed again
+    monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(ladder, "_compute", lambda key: 1.25)
+    for payload in (NESTED, b"{}", json.dumps({"sha256": cache._checksum(7)}).encode()):
+        path = ladder._path("uniform")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(payload)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert ladder.rung_loss("uniform") == 1.25
+        assert any("corrupt cache entry" in str(w.message) for w in caught)

@@ -187,7 +187,7 @@ def _current(out: Path) -> dict[str, Any]:
     """The manifest now in ``out`` (unchecked), or ``{}``."""
     try:
         meta = json.loads(ckptio.read_regular(out / MANIFEST, max_size=MAX_JSON))
-    except (CheckpointError, ValueError):
+    except (CheckpointError, ValueError, RecursionError):
         return {}
     return meta if isinstance(meta, dict) else {}
 

@@ -51,13 +51,19 @@ def read_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
         meta = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise CheckpointError(f"{path}: not a {FORMAT} file (JSON nested too deeply)") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a {FORMAT} file")
     if meta.get("version") != VERSION:
         raise CheckpointError(f"{path}: format version {meta.get('version')!r} is not supported "
                               f"(this tinygpt reads version {VERSION}); train it again")
     checksum = meta.pop("checksum", None)
-    if checksum != hashlib.sha256(canonical(meta)).hexdigest():
+    try:
+        content = canonical(meta)
+    except (RecursionError, ValueError):  # nested too deeply to write again; nan is allowed
+        content = b""
+    if checksum != hashlib.sha256(content).hexdigest():
         raise CheckpointError(f"{path}: its checksum does not match its content: the file was "
                               "edited or damaged")
     return raw, meta

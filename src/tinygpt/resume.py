@@ -88,6 +88,11 @@ def start_run(model_config: GPTConfig, cfg: TrainConfig, proc: Process,
     model.to(proc.device).train()
     optimizer = configure_optimizer(model, cfg)
     restore_optimizer(optimizer, ckpt.optimizer_state, out_dir)
+    missing = [name for name in ("torch", "python", "batch") if name not in ckpt.rng_states]
+    if missing:
+        raise CheckpointError(f"{out_dir}: the checkpoint holds no RNG state {missing[0]!r}, "
+                              "which resuming restores (it was saved without its run's RNG "
+                              "states): train on from its weights as a new run instead")
     saved_world = saved_world_size(ckpt.rng_states)
     if saved_world != proc.world_size:
         warn(f"warning: {out_dir} was written by {saved_world} process(es), this run has "

@@ -111,11 +111,17 @@ def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
                          "(run tinygpt prepare)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ShardError(f"{path}: cannot read a shards manifest: {err}") from None
+    except RecursionError:
+        raise ShardError(f"{path} is not a {FORMAT} manifest (JSON nested too deeply)") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ShardError(f"{path} is not a {FORMAT} manifest")
     if manifest.get("version") != VERSION:
         raise ShardError(f"{path}: version {manifest.get('version')!r} is not supported")
-    if manifest.pop("checksum", None) != manifest_checksum(manifest):
+    try:
+        checksum = manifest_checksum(manifest)
+    except (RecursionError, ValueError):  # nested too deeply to write again
+        checksum = None
+    if manifest.pop("checksum", None) != checksum or checksum is None:
         raise ShardError(f"{path}: its checksum does not match its content (or it has none): "
                          "the file was edited, damaged or written by an older tinygpt; run "
                          "tinygpt prepare again")
@@ -123,7 +129,46 @@ def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
     if type(vocab) is not int or vocab < 1 or dtype != shard_dtype(vocab).str:
         raise ShardError(f"{path}: dtype {dtype!r} for vocab_size {vocab!r}; tinygpt writes "
                          "'<u2' for a vocabulary of up to 65536 tokens, else '<u4'")
+    problem = _invalid(manifest, name)
+    if problem:
+        raise ShardError(f"{path}: invalid content ({problem}); run tinygpt prepare again")
     return manifest
+
+
+def _invalid(manifest: dict[str, Any], name: str) -> str | None:
+    """What is missing or of the wrong type in a manifest (``name``), or None."""
+
+    def kind(value: Any, *types: type) -> bool:  # bool is no int here
+        return type(value) in types
+
+    tok = manifest.get("tokenizer")
+    if not kind(tok, dict) or tok.get("type") not in ("char", "bpe"):
+        return "no 'tokenizer' of type 'char' or 'bpe'"
+    if tok["type"] == "char" and not (kind(tok.get("chars"), list) and all(
+            kind(c, str) for c in tok["chars"])):
+        return "the char tokenizer has no list of 'chars'"
+    if tok["type"] == "bpe" and not (kind(tok.get("file"), str) and kind(tok.get("sha256"), str)):
+        return "the bpe tokenizer has no 'file' and 'sha256'"
+    if "eot" not in manifest or not kind(manifest["eot"], int, type(None)):
+        return "'eot' is not an id or null"
+    shards = manifest.get("shards")
+    if not kind(shards, dict) or not all(kind(shards.get(s), list) for s in SPLITS):
+        return f"'shards' has no list for each of {SPLITS}"
+    for split in SPLITS:
+        for e in shards[split]:
+            if not (kind(e, dict) and kind(e.get("file"), str) and kind(e.get("tokens"), int)
+                    and e["tokens"] >= 0 and kind(e.get("sha256"), str)):
+                return f"a {split} shard without 'file', 'tokens' and 'sha256'"
+    counts = ("resume",) if name == PROGRESS else ("tokens", "documents")
+    for key in counts:
+        value = manifest.get(key)
+        if not kind(value, dict) or not all(kind(value.get(s), list if key == "resume" else int)
+                                            for s in SPLITS):
+            return f"no {key!r} for each of {SPLITS}"
+    if name == PROGRESS and not all(len(v) == 2 and all(kind(x, int) for x in v)
+                                    for v in manifest["resume"].values()):
+        return "'resume' is not two numbers per split"
+    return None
 
 
 def open_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,

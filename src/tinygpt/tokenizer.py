@@ -320,5 +320,8 @@ class BPETokenizer(StreamEncoding):
                     "BPETokenizer.load(path, pattern=...)")
             return cls(tokens, merges, model["pattern"], model["special_tokens"])
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError,
-                ValueError) as err:
+                ValueError, AttributeError) as err:
             raise ValueError(f"cannot load a tokenizer from {path}: {err}") from None
+        except RecursionError:
+            raise ValueError(f"cannot load a tokenizer from {path}: not a {_FORMAT} model "
+                             "file (JSON nested too deeply)") from None
