@@ -469,3 +469,50 @@ def test_nested_or_key_less_json_in_any_file_tinygpt_wrote_is_a_clear_error(caps
             warnings.simplefilter("always")
             assert ladder.rung_loss("uniform") == 1.25
         assert any("corrupt cache entry" in str(w.message) for w in caught)
+
+
+# --- item 9: --workers ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", ["0", "-2", "1025", "1000000000"])
+def test_absurd_workers_are_refused(capsys, tmp_path, monkeypatch, workers):
+    from tinygpt import prepare
+
+    def no_pool(n, tokenizer=None):  # were the check missing: fail, never start n processes
+        raise AssertionError(f"{n} workers started")
+
+    monkeypatch.setattr(prepare, "Mapper", no_pool)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.txt").write_text(TEXT)
+    code, _, err = run(capsys, "prepare", folder, "--out", tmp_path / "out", "--workers",
+                       workers, "--quiet")
+    assert_refused(code, err, "--workers", "from 1 to 1024", workers)
+    assert not (tmp_path / "out").exists()
+
+
+def test_workers_are_capped_at_the_cores_and_the_tasks(tmp_path, monkeypatch):
+    from tinygpt import prepare
+    from tinygpt.shardwrite import write_shards
+
+    started: list[int] = []
+    real = prepare.Mapper
+
+    class Counted(real):
+        def __init__(self, workers, tokenizer=None):
+            started.append(workers)
+            super().__init__(1, tokenizer)  # the work itself in this process
+
+    monkeypatch.setattr(prepare, "Mapper", Counted)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"doc{i}.txt").write_text(TEXT)  # about 4 x 1,300 characters
+    options = prepare.Options("bpe", 300, 0.3, 1, 10_000)
+    write_shards(folder, tmp_path / "a", options, workers=1024)
+    assert started == [1, 1]  # one task to count words, one to encode: one worker each
+    monkeypatch.setattr(prepare, "PART_CHARS", 500)
+    monkeypatch.setattr(prepare, "COUNT_CHARS", 500)
+    monkeypatch.setattr(prepare, "cores", lambda: 3)
+    started.clear()
+    write_shards(folder, tmp_path / "b", options, workers=1024)
+    assert started == [3, 3]  # a dozen tasks, three cores

@@ -87,9 +87,14 @@ def test_the_manifest_detects_a_truncated_or_altered_shard(tmp_path):
         TokenShards(out, "train")
 
 
-def test_prepare_is_deterministic_for_any_number_of_workers(tmp_path):
+def test_prepare_is_deterministic_for_any_number_of_workers(tmp_path, monkeypatch):
+    import tinygpt.prepare as prepare
+
     corpus = make_corpus(tmp_path / "in")
     shardwrite.write_shards(corpus, tmp_path / "a", SMALL, workers=1)
+    monkeypatch.setattr(prepare, "PART_CHARS", 4000)  # tasks enough for two workers
+    monkeypatch.setattr(prepare, "COUNT_CHARS", 4000)
+    monkeypatch.setattr(prepare, "cores", lambda: 2)
     shardwrite.write_shards(corpus, tmp_path / "b", SMALL, workers=2)
     assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
 

@@ -71,10 +71,14 @@ def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
         raise ValueError("--shard-tokens must be positive and --vocab-size at least 257 (256 "
                          f"bytes and <|endoftext|>), got {options.shard_tokens}, "
                          f"{options.vocab_size}")
-    workers = workers or os.cpu_count() or 1
-    if workers < 1:
-        raise ValueError(f"--workers must be positive, got {workers}")
+    cores = P.cores()
+    if workers is None:
+        workers = cores
+    if type(workers) is not int or not 1 <= workers <= P.MAX_WORKERS:
+        raise ValueError(f"--workers must be a whole number from 1 to {P.MAX_WORKERS} (this "
+                         f"machine has {cores} cores), got {workers!r}")
     files = P.find_inputs(inputs)
+    workers = P.useful_workers(workers, files, P.PART_CHARS)
     folder = Path(inputs).expanduser().resolve()
     if folder.is_dir() and folder in [Path(out).resolve(), *Path(out).resolve().parents]:
         raise ValueError(f"--out {out} is inside the input folder {inputs}: a re-run would read "
