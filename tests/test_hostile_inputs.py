@@ -516,3 +516,30 @@ def test_workers_are_capped_at_the_cores_and_the_tasks(tmp_path, monkeypatch):
     started.clear()
     write_shards(folder, tmp_path / "b", options, workers=1024)
     assert started == [3, 3]  # a dozen tasks, three cores
+
+
+# --- item 11: lesser ones -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["train", "prepare"])
+@pytest.mark.parametrize("how", ["read-only", "under-a-file"])
+def test_an_out_that_cannot_be_created_says_why(capsys, data, tmp_path, monkeypatch, command,
+                                                how):
+    out = tmp_path / "new" / "run"
+    if how == "under-a-file":
+        out = data / "sub"  # --out mydata.txt/sub
+    else:
+        real = Path.mkdir
+
+        def read_only(self, *args, **kwargs):
+            if self in (out, out.parent):  # the new folders, not tmp_path
+                raise OSError(30, "Read-only file system", str(self))
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "mkdir", read_only)  # root ignores chmod: simulate it
+    argv = [command, "--data", data, "--out", out, *TINY] if command == "train" else \
+        [command, data, "--out", out, "--quiet"]
+    code, _, err = run(capsys, *argv)
+    why = "Read-only file system" if how == "read-only" else "Not a directory"
+    assert_refused(code, err, str(out), why)
+    assert "No such file" not in err and "[Errno" not in err
+    assert data.read_text() == TEXT

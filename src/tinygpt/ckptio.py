@@ -317,7 +317,7 @@ def claim(out: Path) -> Iterator[None]:
     finally:
         with _held_guard:
             held = str(out.resolve()) in _held  # by an outer claim of this thread
-        if created and not (out / MANIFEST).exists() and not held:
+        if created and out.is_dir() and not (out / MANIFEST).exists() and not held:
             remove_stale(out, current="")  # no checkpoint: remove every version
             with contextlib.suppress(OSError):
                 (out / LOCK_FILE).unlink()

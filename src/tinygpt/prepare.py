@@ -323,5 +323,10 @@ def check_out(out: Path, files: list[tuple[str, Path]]) -> Path:
             shown = ", ".join((others or sorted(p.name for p in out.iterdir()))[:3])
             raise ValueError(f"--out {out} is not empty ({shown}...) and is not a tinygpt shards "
                              "folder: choose a new or empty folder")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a read-only disk, a file on the way (--out notes.txt/sub)...
+        raise ValueError(f"--out {out}: cannot create it ({err.strerror or err}"
+                         f"{': ' + str(err.filename) if err.filename else ''}); nothing was "
+                         "written") from None
     return out
