@@ -543,3 +543,24 @@ def test_an_out_that_cannot_be_created_says_why(capsys, data, tmp_path, monkeypa
     assert_refused(code, err, str(out), why)
     assert "No such file" not in err and "[Errno" not in err
     assert data.read_text() == TEXT
+
+
+def test_absurd_gradient_accumulation_is_refused_before_training(capsys, data, tmp_path,
+                                                                 monkeypatch):
+    import tinygpt.train
+
+    def never(*args, **kwargs):  # were the check missing: fail now, not after 1e9 micro-batches
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(tinygpt.train, "train", never)
+    code, _, err = run(capsys, "train", "--data", data, "--out", tmp_path / "run", *TINY,
+                       "--gradient-accumulation-steps", "1000000000")
+    assert_refused(code, err, "--gradient-accumulation-steps 1000000000", "at most 65536")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_tiny_val_fraction_is_not_printed_in_hundreds_of_digits(capsys, data, tmp_path):
+    code, _, err = run(capsys, "train", "--data", data, "--out", tmp_path / "run", *TINY,
+                       "--val-fraction", "1e-300")
+    assert_refused(code, err, "--val-fraction 1e-300", "about 1.7e+301 in all")
+    assert len(err) < 400

@@ -153,11 +153,12 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
         raise ValueError(f"{where} does not fit the checkpoint's tokenizer: {err}") from None
     need = model_config.block_size + 1  # one window of inputs and their next tokens, per part
     if min(len(train_ids), len(val_ids)) < need:
-        total = math.ceil(need / min(fraction, 1 - fraction))
+        total = need / min(fraction, 1 - fraction)
+        shown = f"{math.ceil(total)}" if total < 1e12 else f"{total:.3g}"  # not 300 digits
         raise ValueError(f"{where} holds {len(train_ids) + len(val_ids)} tokens: {len(train_ids)}"
                          f" for training and {len(val_ids)} for validation (--val-fraction "
                          f"{fraction}), but each part needs at least --block-size + 1 = {need}, "
-                         f"about {total} in all: use a longer text or a smaller --block-size")
+                         f"about {shown} in all: use a longer text or a smaller --block-size")
     return run_training(args, argv, train_module, model_config, train_config, tokenizer,
                         torch.tensor(train_ids), torch.tensor(val_ids))
 
