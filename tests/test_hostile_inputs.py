@@ -564,3 +564,21 @@ def test_a_tiny_val_fraction_is_not_printed_in_hundreds_of_digits(capsys, data, 
                        "--val-fraction", "1e-300")
     assert_refused(code, err, "--val-fraction 1e-300", "about 1.7e+301 in all")
     assert len(err) < 400
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_files_get_the_mode_the_umask_gives(capsys, tmp_path, umask):
+    import stat
+
+    old = os.umask(umask)
+    try:
+        shards = bpe_shards(capsys, tmp_path)
+        out = tmp_path / "run"
+        code, _, err = run(capsys, "train", "--data", shards, "--out", out, *TINY)
+        assert code == 0, err
+    finally:
+        os.umask(old)
+    written = [p for p in [*shards.iterdir(), *out.rglob("*")] if p.is_file()]
+    assert len(written) > 8
+    for path in written:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
