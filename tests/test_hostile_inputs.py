@@ -582,3 +582,33 @@ def test_files_get_the_mode_the_umask_gives(capsys, tmp_path, umask):
     assert len(written) > 8
     for path in written:
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_the_temporary_files_of_a_killed_prepare_are_removed_by_the_next(capsys, tmp_path,
+                                                                        finished):
+    shards = bpe_shards(capsys, tmp_path)
+    if not finished:  # killed before its first shard: the progress file names none
+        import json
+
+        from tinygpt import prepare
+
+        state = json.loads((shards / "shards.json").read_text())
+        for key in ("tokens", "documents", "checksum"):
+            del state[key]
+        state.update(shards={"train": [], "val": []}, resume={"train": [0, 0], "val": [0, 0]})
+        prepare.save_json(shards, ".shards-progress.json", state)
+        for p in shards.glob("*.bin"):
+            p.unlink()
+        (shards / "shards.json").unlink()
+    left = [".train_000001.bin.k2j4h5g6.part", ".tokenizer.json.part", ".tokenizer.json.vocab",
+            ".shards.json.x8y7z6w5.part"]
+    for name in left:
+        (shards / name).write_bytes(b"half")
+    prepare_again = ["prepare", tmp_path / "shards-in", "--out", shards, "--tokenizer", "bpe",
+                     "--vocab-size", "300", "--val-fraction", "0.3", "--seed", "1",
+                     "--workers", "1", "--quiet"]
+    code, _, err = run(capsys, *prepare_again)
+    assert code == 0, err
+    assert not [p.name for p in shards.iterdir() if p.name in left]
+    assert (shards / "shards.json").is_file()

@@ -307,7 +307,15 @@ def own_file(name: str) -> bool:
     import re
 
     return name in (S.MANIFEST, S.PROGRESS, S.TOKENIZER_FILE, "tokenizer.vocab",
-                    LOCK_FILE) or bool(re.fullmatch(r"(train|val)_\d{6}\.bin|\..+\.part", name))
+                    LOCK_FILE) or is_leftover(name) or bool(
+        re.fullmatch(r"(train|val)_\d{6}\.bin", name))
+
+
+def is_leftover(name: str) -> bool:
+    """Whether ``name`` is a temporary file of prepare's (a killed run leaves them)."""
+    import re
+
+    return name == f".{S.TOKENIZER_FILE}.vocab" or re.fullmatch(r"\..+\.part", name) is not None
 
 
 def check_out(out: Path, files: list[tuple[str, Path]]) -> Path:

@@ -94,6 +94,9 @@ def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
 
 def _write_locked(files: list, out: Path, options: P.Options, workers: int, progress: bool,
                   overwrite: bool) -> dict[str, Any]:
+    for p in out.iterdir():  # what a killed run was writing (the lock is ours: no one is now)
+        if P.is_leftover(p.name) and p.is_file() and not p.is_symlink():
+            p.unlink()
     fp = P.fingerprint(files, options)
     done = _reusable(out, S.MANIFEST, fp)
     if done is not None:
