@@ -56,10 +56,11 @@ of handing them back to the kernel, which saves about a thousand page faults per
 nothing else private: the training loop is the library's.
 
 ``--modern``: the speedrun uses chapter 12's modern recipe (``MODERN``: RoPE, ReLU², QK-norm,
-zero-initialised projections, RMSNorm, Muon; each ``--sr-*`` option still overrides it), and
-the result is also appended to ``benchmarks/results/speedrun_modern.json`` (``runs``: one
-object per invocation, with its command and machine). nanoGPT's baby run, in the same
-invocation, gives the time it is compared with.
+zero-initialised projections, RMSNorm, Muon; each ``--sr-*`` option still overrides it); with
+``--record`` a complete result is appended to ``benchmarks/results/speedrun_modern.json``
+(``runs``: one object per invocation, with its command and machine), the record chapter 12
+reads. nanoGPT's baby run, in the same invocation, gives the time it is compared with: a run
+without it (``--skip-nanogpt``) or that misses the target is not complete and never recorded.
 
 ``--book`` does none of the above, but what chapter 8's speedrun page shows, on the *book's*
 corpus and split: the baby recipe as the baseline, then one change at a time toward the book's
@@ -130,8 +131,23 @@ def speedrun_configs(args: argparse.Namespace) -> tuple[GPTConfig, TrainConfig]:
     return model, cfg
 
 
+# what chapter 12 reads of a modern run: a result without one of them is not complete
+COMPLETE = ("nanogpt_time_2000_s", "nanogpt_val_loss", "speedrun_iters", "speedrun_train_s",
+            "speedrun_val_loss", "speedrun_threads", "speedrun_recipe", "time_ratio")
+
+
+def missing_from(result: dict) -> list[str]:
+    """The keys of ``COMPLETE`` that ``result`` lacks (or holds as None)."""
+    return [key for key in COMPLETE if result.get(key) is None]
+
+
 def record_modern(result: dict, argv: list[str], path: Path = MODERN_RESULT) -> dict:
-    """Append this invocation (its command, machine and result) to ``path``'s ``runs``."""
+    """Append this invocation (its command, machine and result) to ``path``'s ``runs``; a result
+    that is not complete (``COMPLETE``) is refused (ValueError) and nothing is written."""
+    missing = missing_from(result)
+    if missing:
+        raise ValueError(f"not recorded in {path}: the run has no {', '.join(missing)} (nanoGPT "
+                         "runs in the same invocation, and the speedrun must reach the target)")
     done = json.loads(path.read_text()) if path.exists() else {"runs": []}
     done["runs"].append({"command": "NANOGPT_DIR=<nanoGPT checkout> python benchmarks/speedrun.py "
                                     + " ".join(argv), "machine": machine(),
@@ -332,7 +348,8 @@ def machine() -> str:
 
 
 def append_log(change: str, result: dict, note: str) -> None:
-    """Add this run to ``speedrun_log.json`` (created when missing) and make it the result."""
+    """Add this run to ``speedrun_log.json`` (created when missing) and, if it is complete
+    (``COMPLETE``: the book reads the result), make it the result."""
     log = json.loads(LOG.read_text()) if LOG.exists() else {"entries": []}
     log.update(machine=machine(), torch=torch.__version__,
                command="NANOGPT_DIR=<nanoGPT checkout> python benchmarks/speedrun.py "
@@ -346,7 +363,8 @@ def append_log(change: str, result: dict, note: str) -> None:
         "throughput_ratio": result.get("throughput_ratio"), "baby_iters": result.get("iters"),
         "baby_ms_per_iter": result.get("tinygpt_ms_per_iter"),
         "baby_val_loss": result.get("val_loss_at_2000"), "uptime_load": result["load"]})
-    log["result"] = result
+    if not missing_from(result):
+        log["result"] = result
     LOG.write_text(json.dumps(log, indent=1) + "\n")
 
 
@@ -401,7 +419,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modern", action="store_true",
                    help="speedrun with chapter 12's modern recipe (defaults: "
                         + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in MODERN.items())
-                        + "); appends the result to benchmarks/results/speedrun_modern.json")
+                        + "); with --record, appends the result to "
+                        "benchmarks/results/speedrun_modern.json")
+    p.add_argument("--record", action="store_true",
+                   help="with --modern, append a complete result (nanoGPT run in the same "
+                        "invocation, target reached) to benchmarks/results/speedrun_modern.json")
     p.add_argument("--sr-check-every", type=int, default=25,
                    help="evaluate the whole val split every this many steps and stop at the "
                         "target (0: only after the last step)")
@@ -422,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     if p.parse_known_args(argv)[0].modern:  # the modern recipe's defaults; options override
         p.set_defaults(**MODERN)
     args = p.parse_args(argv)
+    if args.record and (not args.modern or args.skip_nanogpt or args.skip_speedrun):
+        p.error("--record appends a complete --modern run: it needs --modern, nanoGPT's run and "
+                "the speedrun (no --skip-nanogpt or --skip-speedrun)")
 
     if args.book:
         torch.set_num_threads(args.threads or 1)
@@ -545,8 +570,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"iteration times on both sides {result['time_ratio_median']:.2f}x", flush=True)
     if args.log:
         append_log(args.log, result, args.note)
-    if args.modern:
-        record_modern(result, sys.argv[1:] if argv is None else argv)
+    if args.record:
+        try:
+            record_modern(result, sys.argv[1:] if argv is None else argv)
+        except ValueError as err:
+            print(f"speedrun: {err}", file=sys.stderr)
+            return 1
     print(json.dumps(result))
     return 0
 

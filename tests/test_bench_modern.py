@@ -72,14 +72,62 @@ def test_modern_sets_the_speedrun_switches_and_options_still_override(monkeypatc
         "learned", "gelu", "layernorm", False, False, "adamw")  # without --modern: as before
 
 
+def complete(time_ratio: float) -> dict:
+    """A result with everything chapter 12 reads of a modern run."""
+    return {**dict.fromkeys(speedrun.COMPLETE, 1.0), "time_ratio": time_ratio}
+
+
 def test_each_modern_speedrun_is_appended_with_its_command(tmp_path):
     path = tmp_path / "results" / "speedrun_modern.json"
-    speedrun.record_modern({"time_ratio": 0.2}, ["--modern"], path)
-    done = speedrun.record_modern({"time_ratio": 0.1}, ["--modern", "--sr-seed", "1"], path)
+    speedrun.record_modern(complete(0.2), ["--modern"], path)
+    done = speedrun.record_modern(complete(0.1), ["--modern", "--sr-seed", "1"], path)
     assert [r["result"]["time_ratio"] for r in done["runs"]] == [0.2, 0.1]
     assert json.loads(path.read_text()) == done
     assert done["runs"][1]["command"].endswith("speedrun.py --modern --sr-seed 1")
     assert "cores" in done["runs"][0]["machine"]
+
+
+def test_an_incomplete_modern_run_is_never_recorded(tmp_path):
+    path = tmp_path / "speedrun_modern.json"
+    speedrun.record_modern(complete(0.2), ["--modern"], path)
+    before = path.read_bytes()
+    no_nanogpt = {**complete(0.2), "nanogpt_time_2000_s": None, "nanogpt_ms_per_iter": None}
+    del no_nanogpt["time_ratio"]  # --skip-nanogpt: nothing to compare with
+    with pytest.raises(ValueError, match="nanogpt_time_2000_s, time_ratio"):
+        speedrun.record_modern(no_nanogpt, ["--modern", "--skip-nanogpt"], path)
+    assert path.read_bytes() == before
+
+
+def test_a_modern_run_appends_to_the_record_only_when_asked(monkeypatch, capsys):
+    import torch
+
+    recorded = []
+    monkeypatch.setattr(speedrun, "record_modern", lambda *a, **k: recorded.append(a))
+    monkeypatch.setattr(speedrun, "load_data", lambda: (torch.zeros(99, dtype=torch.long),
+                                                        torch.zeros(99, dtype=torch.long), 65))
+    monkeypatch.setattr(speedrun, "run_tinygpt", lambda *a, **k: {
+        "iters": 2, "ms_per_iter": 1.0, "median_ms": 1.0, "val_loss": 1.0, "train_s": 0.1,
+        "eval_s": 0.0, "checks": [], "stopped_early": False})
+    argv = ["--skip-nanogpt", "--skip-tinygpt", "--skip-hf", "--modern", "--sr-iters", "2"]
+    assert speedrun.main(argv) == 0  # the command of the issue: nothing recorded
+    assert recorded == []
+    for asked in (argv + ["--record"], ["--record", "--skip-hf"]):  # incomplete, or not modern
+        with pytest.raises(SystemExit) as stop:
+            speedrun.main(asked)
+        assert stop.value.code == 2 and "--record" in capsys.readouterr().err
+    assert recorded == []
+
+
+def test_chapter_12_reads_only_complete_modern_runs():
+    nb = json.loads((Path(__file__).resolve().parents[1] / "chapters" / "12_modern.ipynb")
+                    .read_text(encoding="utf-8"))
+    reader = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"
+                  and "speedrun_modern.json" in "".join(c["source"]))
+    runs = [{"result": complete(0.2)}, {"result": {**complete(0.1), "time_ratio": None}}]
+    scope = {"json": json, "Path": lambda _: type("F", (), {
+        "read_text": lambda self: json.dumps({"runs": runs})})()}
+    exec(reader.split("ratios = []")[0], scope)  # the cell's lines that choose the runs
+    assert scope["runs"] == runs[:1]
 
 
 def test_the_ablation_replaces_only_its_own_result(tmp_path, capsys):

@@ -26,8 +26,7 @@ from tinygpt import data
 from tinygpt.book import results_cache, trained_model
 from tinygpt.book.scoring import score
 from tinygpt.book.trained_model import BOOK_RECIPE, Recipe, book_data, book_model
-from tinygpt.checkpoint.folder import MANIFEST, MODEL_FILE
-from tinygpt.checkpoint.verify import canonical
+from tinygpt.checkpoint.folder import MANIFEST, MODEL_FILE, canonical
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.sample import generate
@@ -128,6 +127,10 @@ def _edit_the_manifest(path: Path) -> None:
     (path / MANIFEST).write_text(json.dumps(meta))
 
 
+def _nest_the_manifest(path: Path) -> None:
+    (path / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)  # json.loads: RecursionError
+
+
 def _empty_folder(path: Path) -> None:
     for entry in path.iterdir():
         if entry.is_dir():
@@ -142,7 +145,8 @@ def _version_folder(path: Path) -> str:
     return json.loads((path / MANIFEST).read_text())["folder"]
 
 
-@pytest.mark.parametrize("corrupt", [_flip_a_byte, _truncate, _edit_the_manifest, _empty_folder])
+@pytest.mark.parametrize("corrupt", [_flip_a_byte, _truncate, _edit_the_manifest,
+                                     _nest_the_manifest, _empty_folder])
 def test_a_corrupt_copy_is_reported_trained_again_and_repaired_never_used(trains, corrupt):
     first = book_model(TINY, progress=False)
     trained = weights(first.model)

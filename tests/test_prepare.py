@@ -16,6 +16,8 @@ import tiktoken
 from conftest import require_data
 
 import tinygpt.prepare as prepare_run
+import tinygpt.prepare.documents as prepare_documents
+import tinygpt.prepare.workers as prepare_workers
 from tinygpt.cli import main
 from tinygpt.gpt2 import load_tokenizer as gpt2
 from tinygpt.gpt2 import tokenizer_files
@@ -87,9 +89,14 @@ def test_the_manifest_detects_a_truncated_or_altered_shard(tmp_path):
         TokenShards(out, "train")
 
 
-def test_prepare_is_deterministic_for_any_number_of_workers(tmp_path):
+def test_prepare_is_deterministic_for_any_number_of_workers(tmp_path, monkeypatch):
+
     corpus = make_corpus(tmp_path / "in")
     prepare_run.write_shards(corpus, tmp_path / "a", SMALL, workers=1)
+    monkeypatch.setattr(prepare_documents, "PART_CHARS", 4000)  # tasks enough for two workers
+    monkeypatch.setattr(prepare_workers, "COUNT_CHARS", 4000)
+    monkeypatch.setattr(prepare_run, "cores", lambda: 2)
+    monkeypatch.setattr(prepare_workers, "cores", lambda: 2)
     prepare_run.write_shards(corpus, tmp_path / "b", SMALL, workers=2)
     assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
 
@@ -285,8 +292,6 @@ def test_bpe_counted_by_workers_learns_what_bpe_train_learns_on_the_training_doc
 def test_tiny_reads_and_parts_give_the_same_shards(tmp_path, monkeypatch):
     """Files read 5 characters at a time (a separator split across reads) and documents cut
     into parts of about 40 characters encode exactly as whole documents do."""
-    import tinygpt.prepare.documents as prepare_documents
-    import tinygpt.prepare.workers as prepare_workers
 
     corpus = make_corpus(tmp_path / "in", files=3)
     prepare_run.write_shards(corpus, tmp_path / "whole", SMALL, workers=1)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import tracemalloc
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tinygpt.stream as stream
 from tinygpt.tokenizer import BPETokenizer
@@ -99,3 +102,46 @@ def test_memory_does_not_grow_with_the_stream():
         assert n > (mb << 20) // 10  # the whole stream was encoded
     assert peaks[10] < 1.5 * peaks[1], peaks
     assert peaks[10] < (10 << 20) // 4, peaks  # far less than the text itself
+
+
+SPECIALS = ["<|endoftext|>", "<|end|>", "<|endoftext|>!", "<|fim|>"]  # one holds another
+
+
+@pytest.fixture(scope="module")
+def with_specials() -> BPETokenizer:
+    return BPETokenizer.train(TRAINING, 300, pattern="gpt4", special_tokens=SPECIALS)
+
+
+def test_encode_iterable_gives_one_id_per_allowed_special_token(with_specials):
+    text = "Speak, speak.<|endoftext|>All: hear me<|endoftext|>"
+    ids = list(with_specials.encode_iterable([text], allowed_special={"<|endoftext|>"}))
+    assert ids == with_specials.encode(text, allowed_special={"<|endoftext|>"})
+    assert ids.count(with_specials.special_tokens["<|endoftext|>"]) == 2
+    with pytest.raises(ValueError, match=re.escape("<|endoftext|>' at position 13, which is")):
+        list(with_specials.encode_iterable(["Speak, speak.<|endof", "text|>"]))
+    plain = list(with_specials.encode_iterable([text], disallowed_special=()))
+    assert plain == with_specials.encode(text, disallowed_special=()) == \
+        with_specials.encode_ordinary(text)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(st.sampled_from(PIECES + SPECIALS + ["<|", "|>", "<|end", "oftext|>"]),
+                       max_size=40),
+       cuts=st.lists(st.integers(0, 400), max_size=12),
+       allowed=st.sampled_from(["all", (), {"<|endoftext|>"}, {"<|end|>", "<|fim|>"}]))
+def test_encode_iterable_equals_encode_with_special_tokens_cut_anywhere(with_specials, pieces,
+                                                                        cuts, allowed):
+    text = "".join(pieces)
+    cuts = sorted({min(c, len(text)) for c in cuts})
+    parts = [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stream, "MIN_CHARS", 1)  # look for a cut after every part
+        for disallowed in ("all", ()):
+            try:
+                expected = with_specials.encode(text, allowed, disallowed)
+            except ValueError as err:
+                where = re.search(r"at position \d+, which is disallowed", str(err)).group()
+                with pytest.raises(ValueError, match=where):  # the same place (the token named
+                    list(with_specials.encode_iterable(parts, allowed, disallowed))  # may vary)
+            else:
+                assert list(with_specials.encode_iterable(parts, allowed, disallowed)) == expected

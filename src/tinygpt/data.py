@@ -162,13 +162,30 @@ def _download(dataset: Dataset, target: Path) -> Path:
         return fallback
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it where the system tells it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore it at once
+    os.umask(mask)
+    return mask
+
+
 def write_atomically(data: bytes | memoryview, target: Path) -> Path:
     """Write ``data`` to ``target`` through a temporary file in its folder, flushed to the disk,
-    then renamed into place: a reader sees the old file or the new one, never half of one. On an
-    error the temporary file is removed and the error raised (``OSError``)."""
+    then renamed into place: a reader sees the old file or the new one, never half of one. The
+    file gets the mode a new file gets (0o666 less the umask). On an error the temporary file is
+    removed and the error raised (``OSError``)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     try:
+        if hasattr(os, "fchmod"):  # mkstemp makes it 0o600 whatever the umask
+            os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -12,10 +12,14 @@ generator. It does not tokenize or write shards (``tinygpt.prepare``).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
+import re
+import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # numpy and torch are imported when used: the command line imports this
     import numpy as np  # module before torch (tinygpt.cli), and prepare's workers need no torch
@@ -27,6 +31,8 @@ PROGRESS = ".shards-progress.json"  # the manifest of an unfinished run, updated
 TOKENIZER_FILE = "tokenizer.json"
 FORMAT, VERSION = "tinygpt-shards", 1
 SPLITS = ("train", "val")
+MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
+_SHARD_NAME = re.compile(r"(train|val)_\d{6,}\.bin")
 
 
 class ShardError(ValueError):
@@ -49,59 +55,186 @@ def is_shards_folder(folder: str | Path) -> bool:
     return (Path(folder) / MANIFEST).is_file()
 
 
+def open_regular(path: Path, max_size: int | None = None) -> IO[bytes]:
+    """``path`` opened for reading, if it is a regular file (never through a symbolic link, and
+    a FIFO or device is refused without reading) of at most ``max_size`` bytes."""
+    flags = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:  # named after path (np.memmap's filename)
+        f = open(path, "rb", opener=lambda p, mode: os.open(p, mode | flags))  # noqa: SIM115
+    except FileNotFoundError:
+        raise ShardError(f"{path}: missing; the shards folder is incomplete (run tinygpt "
+                         "prepare again)") from None
+    except OSError as err:
+        what = ("is a symbolic link; a shards folder holds regular files only" if
+                err.errno == errno.ELOOP else f"cannot read it ({err.strerror or err})")
+        raise ShardError(f"{path}: {what}") from None
+    info = os.fstat(f.fileno())
+    if not stat.S_ISREG(info.st_mode) or (max_size is not None and info.st_size > max_size):
+        f.close()
+        what = ("not a regular file (a folder, device, FIFO or socket)" if not
+                stat.S_ISREG(info.st_mode) else f"{info.st_size} bytes, more than the {max_size} "
+                "such a file can hold")
+        raise ShardError(f"{path}: {what}; a shards folder holds tinygpt's files only")
+    return f
+
+
+def _named(folder: Path, entry: dict[str, Any], key: str, allowed: re.Pattern[str] | str,
+           where: str) -> Path:
+    """``folder / entry[key]``, if the manifest names one of tinygpt's files by a plain name."""
+    name = entry.get(key) if isinstance(entry, dict) else None
+    ok = isinstance(name, str) and (name == allowed if isinstance(allowed, str)
+                                    else allowed.fullmatch(name) is not None)
+    if not ok:
+        raise ShardError(f"{folder / where}: names the file {name!r}, not one of the names "
+                         "tinygpt prepare writes inside the folder; the manifest is altered")
+    return folder / name
+
+
+def manifest_checksum(manifest: dict[str, Any]) -> str:
+    """The SHA-256 a manifest carries of its own content (sorted keys, no spaces, without the
+    ``checksum`` entry itself): an edited or damaged manifest is caught before it is used."""
+    content = {k: v for k, v in manifest.items() if k != "checksum"}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
     """The manifest ``name`` of ``folder``; ``ShardError`` if absent or not tinygpt's."""
     path = Path(folder) / name
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        with open_regular(path, MAX_JSON) as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+    except ShardError as err:
+        if not str(err).endswith("(run tinygpt prepare again)"):
+            raise
         raise ShardError(f"{path}: no such file; {folder} is not a finished shards folder "
                          "(run tinygpt prepare)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ShardError(f"{path}: cannot read a shards manifest: {err}") from None
+    except RecursionError:
+        raise ShardError(f"{path} is not a {FORMAT} manifest (JSON nested too deeply)") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ShardError(f"{path} is not a {FORMAT} manifest")
     if manifest.get("version") != VERSION:
         raise ShardError(f"{path}: version {manifest.get('version')!r} is not supported")
+    try:
+        checksum = manifest_checksum(manifest)
+    except (RecursionError, ValueError):  # nested too deeply to write again
+        checksum = None
+    if manifest.pop("checksum", None) != checksum or checksum is None:
+        raise ShardError(f"{path}: its checksum does not match its content (or it has none): "
+                         "the file was edited, damaged or written by an older tinygpt; run "
+                         "tinygpt prepare again")
+    vocab, dtype = manifest.get("vocab_size"), manifest.get("dtype")
+    if type(vocab) is not int or vocab < 1 or dtype != shard_dtype(vocab).str:
+        raise ShardError(f"{path}: dtype {dtype!r} for vocab_size {vocab!r}; tinygpt writes "
+                         "'<u2' for a vocabulary of up to 65536 tokens, else '<u4'")
+    problem = _invalid(manifest, name)
+    if problem:
+        raise ShardError(f"{path}: invalid content ({problem}); run tinygpt prepare again")
     return manifest
+
+
+def _invalid(manifest: dict[str, Any], name: str) -> str | None:
+    """What is missing or of the wrong type in a manifest (``name``), or None."""
+
+    def kind(value: Any, *types: type) -> bool:  # bool is no int here
+        return type(value) in types
+
+    tok = manifest.get("tokenizer")
+    if not kind(tok, dict) or tok.get("type") not in ("char", "bpe"):
+        return "no 'tokenizer' of type 'char' or 'bpe'"
+    if tok["type"] == "char" and not (kind(tok.get("chars"), list) and all(
+            kind(c, str) for c in tok["chars"])):
+        return "the char tokenizer has no list of 'chars'"
+    if tok["type"] == "bpe" and not (kind(tok.get("file"), str) and kind(tok.get("sha256"), str)):
+        return "the bpe tokenizer has no 'file' and 'sha256'"
+    if "eot" not in manifest or not kind(manifest["eot"], int, type(None)):
+        return "'eot' is not an id or null"
+    shards = manifest.get("shards")
+    if not kind(shards, dict) or not all(kind(shards.get(s), list) for s in SPLITS):
+        return f"'shards' has no list for each of {SPLITS}"
+    for split in SPLITS:
+        for e in shards[split]:
+            if not (kind(e, dict) and kind(e.get("file"), str) and kind(e.get("tokens"), int)
+                    and e["tokens"] >= 0 and kind(e.get("sha256"), str)):
+                return f"a {split} shard without 'file', 'tokens' and 'sha256'"
+    counts = ("resume",) if name == PROGRESS else ("tokens", "documents")
+    for key in counts:
+        value = manifest.get(key)
+        if not kind(value, dict) or not all(kind(value.get(s), list if key == "resume" else int)
+                                            for s in SPLITS):
+            return f"no {key!r} for each of {SPLITS}"
+    if name == PROGRESS and not all(len(v) == 2 and all(kind(x, int) for x in v)
+                                    for v in manifest["resume"].values()):
+        return "'resume' is not two numbers per split"
+    return None
+
+
+def open_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
+               checksum: bool = True, vocab_size: int | None = None) -> IO[bytes]:
+    """A shard, open, once its name is a shard's, it is a regular file and its size (and
+    SHA-256) match the manifest's ``entry``; with ``vocab_size``, once every id is below it
+    (checked in the same pass as the SHA-256, or in a pass of its own without ``checksum``)."""
+    import numpy as np
+
+    path = _named(folder, entry, "file", _SHARD_NAME, MANIFEST)
+    want = entry["tokens"] * dtype.itemsize
+    f = open_regular(path)
+    try:
+        size = os.fstat(f.fileno()).st_size
+        if size != want:
+            raise ShardError(f"{path}: {size} bytes, the manifest says {want} ({entry['tokens']} "
+                             "tokens): truncated or altered; run tinygpt prepare again")
+        digest, top = hashlib.sha256(), -1
+        if checksum or vocab_size is not None:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+                if vocab_size is not None:
+                    top = max(top, int(np.frombuffer(block, dtype=dtype).max()))
+            f.seek(0)
+        if checksum and digest.hexdigest() != entry["sha256"]:
+            raise ShardError(f"{path}: SHA-256 {digest.hexdigest()}, the manifest says "
+                             f"{entry['sha256']}: altered; run tinygpt prepare again")
+        if vocab_size is not None and top >= vocab_size:
+            raise ShardError(f"{path}: holds token id {top}, outside the vocabulary of "
+                             f"{vocab_size} tokens that {MANIFEST} gives; run tinygpt prepare "
+                             "again")
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 def check_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
                 checksum: bool = True) -> Path:
     """The path of a shard once its size (and SHA-256) match the manifest's ``entry``."""
-    path = folder / entry["file"]
-    want = entry["tokens"] * dtype.itemsize
-    try:
-        size = path.stat().st_size
-    except OSError:
-        raise ShardError(f"{path}: missing; the shards folder is incomplete (run tinygpt "
-                         "prepare again)") from None
-    if size != want:
-        raise ShardError(f"{path}: {size} bytes, the manifest says {want} ({entry['tokens']} "
-                         "tokens): truncated or altered; run tinygpt prepare again")
-    if checksum:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                digest.update(block)
-        if digest.hexdigest() != entry["sha256"]:
-            raise ShardError(f"{path}: SHA-256 {digest.hexdigest()}, the manifest says "
-                             f"{entry['sha256']}: altered; run tinygpt prepare again")
-    return path
+    with open_shard(folder, entry, dtype, checksum):
+        return folder / entry["file"]
 
 
 def load_tokenizer(folder: str | Path, manifest: dict[str, Any] | None = None) -> Any:
     """The tokenizer the shards of ``folder`` were encoded with (its file checked)."""
+    folder = Path(folder)
+    manifest = manifest or read_manifest(folder)
+    tokenizer = _tokenizer(folder, manifest["tokenizer"])
+    if tokenizer.vocab_size != manifest["vocab_size"]:
+        raise ShardError(f"{folder / MANIFEST}: vocab_size {manifest['vocab_size']}, but its "
+                         f"tokenizer has {tokenizer.vocab_size} tokens: altered")
+    return tokenizer
+
+
+def _tokenizer(folder: Path, raw: dict[str, Any]) -> Any:
     from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 
-    folder = Path(folder)
-    raw = (manifest or read_manifest(folder))["tokenizer"]
     if raw["type"] == "char":
         return CharTokenizer(raw["chars"])
-    data = (folder / raw["file"]).read_bytes()
+    path = _named(folder, raw, "file", TOKENIZER_FILE, MANIFEST)
+    with open_regular(path, MAX_JSON) as f:
+        data = f.read()
     if hashlib.sha256(data).hexdigest() != raw["sha256"]:
-        raise ShardError(f"{folder / raw['file']}: SHA-256 differs from the manifest's: altered")
-    return BPETokenizer.load(folder / raw["file"], data=data)
+        raise ShardError(f"{path}: SHA-256 differs from the manifest's: altered")
+    return BPETokenizer.load(path, data=data)
 
 
 class TokenShards:
@@ -118,8 +251,12 @@ class TokenShards:
         self.vocab_size: int = manifest["vocab_size"]
         entries = manifest["shards"][split]
         # np.memmap maps the file: pages are read when a window touches them, never all at once
-        self.arrays = [np.memmap(check_shard(self.folder, e, self.dtype, checksum),
-                                 dtype=self.dtype, mode="r") for e in entries]
+        self.arrays = []
+        for e in entries:
+            with open_shard(self.folder, e, self.dtype, checksum,  # the file checked
+                            self.vocab_size if checksum or split == "val" else None) as f:
+                self.arrays.append(np.memmap(f, dtype=self.dtype, mode="r") if e["tokens"]
+                                   else np.zeros(0, self.dtype))
         self.split = split
 
     def __len__(self) -> int:

@@ -15,8 +15,8 @@ non-space character into whitespace (but GPT-4's punctuation-with-line-breaks, `
 a space after a non-space character (``split_at_spaces``, ``word_cut``: C string methods), and
 the start of every *word*, a run of whitespace and then of other characters (``words``; GPT-4
 also ends a word after punctuation and its line breaks). A word always splits into the same
-chunks, so ``WordCache`` encodes each distinct word once. This module does not handle special
-tokens (they are plain text, as in ``encode_ordinary``) or read files.
+chunks, so ``WordCache`` encodes each distinct word once. Special tokens are cut out of the
+stream first (``special_pieces``), with ``encode``'s rules. This module does not read files.
 """
 
 from __future__ import annotations
@@ -141,9 +141,16 @@ class StreamEncoding:
     pre_split: Callable[[str], list[str]] | None
     _covers: bool
 
-    def encode_iterable(self, texts: Iterable[str]) -> Iterator[int]:
-        """The ids of ``"".join(texts)``, as ``encode_ordinary`` gives them, one by one and
-        lazily: ``texts`` may be an open file (its lines) larger than memory."""
+    special_tokens: dict[str, int]
+    _special_set: Callable[[Iterable[str] | str, str], set[str]]
+
+    def encode_iterable(self, texts: Iterable[str],
+                        allowed_special: Iterable[str] | str = (),
+                        disallowed_special: Iterable[str] | str = "all") -> Iterator[int]:
+        """The ids of ``"".join(texts)``, as ``encode`` gives them with the same special-token
+        rules, one by one and lazily: ``texts`` may be an open file (its lines) larger than
+        memory, and a special token may be cut across two of them. A disallowed special token
+        raises ValueError when the stream reaches it (the ids before it were given)."""
         if self.pre_split is None or not self._covers:
             raise ValueError("encode_iterable cuts the text between pre-split chunks, so it "
                              "needs GPT-2's or GPT-4's pattern; this tokenizer has pattern "
@@ -151,8 +158,81 @@ class StreamEncoding:
         if isinstance(texts, str):
             raise TypeError("texts must be an iterable of strings (lines, say), not one string: "
                             "pass [text]")
-        return self._ids(texts, self.pre_split)
+        allowed = self._special_set(allowed_special, "allowed_special")
+        if disallowed_special == "all":
+            disallowed = set(self.special_tokens) - allowed
+        else:
+            disallowed = self._special_set(disallowed_special, "disallowed_special")
+        if not allowed and not disallowed:
+            return self._ids(texts, self.pre_split)
+        return self._ids_with_specials(texts, allowed, disallowed)
+
+    def _ids_with_specials(self, texts: Iterable[str], allowed: set[str],
+                           disallowed: set[str]) -> Iterator[int]:
+        """``_ids`` of the text between special tokens, and each allowed one's id."""
+        pieces = special_pieces(texts, allowed, disallowed)
+        found: list[str | None] = []
+
+        def ordinary() -> Iterator[str]:  # the text up to the next allowed special token
+            for text, special in pieces:
+                yield text
+                if special is not None:
+                    found.append(special)
+                    return
+            found.append(None)
+
+        while True:
+            yield from self._ids(ordinary(), self.pre_split)  # type: ignore[arg-type]
+            special = found.pop()
+            if special is None:
+                return
+            yield self.special_tokens[special]
 
     def _ids(self, texts: Iterable[str], split: Callable[[str], list[str]]) -> Iterator[int]:
         for part in ready_texts(texts, split, MIN_CHARS):
             yield from self.encode_ordinary(part)
+
+
+def _alternation(specials: set[str]) -> regex.Pattern[str]:
+    """The special tokens as one regex, longest first: a token that contains another wins."""
+    return regex.compile("|".join(map(regex.escape, sorted(specials, key=len, reverse=True))))
+
+
+def special_pieces(texts: Iterable[str], allowed: set[str],
+                   disallowed: set[str]) -> Iterator[tuple[str, str | None]]:
+    """``(text, special)``: the joined ``texts`` cut at each ``allowed`` special token, as
+    ``regex.finditer`` finds them in the whole text (``special`` is None after the last text);
+    ValueError at a ``disallowed`` one. The last ``longest - 1`` characters are kept back, so a
+    token cut across two texts is found, and a match is taken only once every longer token
+    starting where it does could be seen."""
+    split = _alternation(allowed) if allowed else None
+    refuse = _alternation(disallowed) if disallowed else None
+    longest = max(map(len, allowed | disallowed))
+    buffer, offset = "", 0  # offset: characters of the text before the buffer
+
+    def cut(final: bool) -> Iterator[tuple[str, str | None]]:
+        nonlocal buffer, offset
+        bad = refuse.search(buffer) if refuse else None
+        if bad:
+            raise ValueError(
+                f"text contains the special token {bad.group()!r} at position "
+                f"{offset + bad.start()}, which is disallowed. To encode it as its special id, "
+                f"pass allowed_special={{{bad.group()!r}}} (or 'all'); to encode it as "
+                "ordinary text, pass disallowed_special=().")
+        pos = 0
+        for m in split.finditer(buffer) if split else ():
+            if not final and m.start() + longest > len(buffer):
+                break  # a longer token may start here: wait for more text
+            yield buffer[pos:m.start()], m.group()
+            pos = m.end()
+        keep = len(buffer) if final else max(pos, len(buffer) - (longest - 1))
+        if keep > pos or final:
+            yield buffer[pos:keep], None
+        buffer, offset = buffer[keep:], offset + keep
+
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts must yield str, got {type(text).__name__} at item {i}")
+        buffer += text
+        yield from cut(final=False)
+    yield from cut(final=True)

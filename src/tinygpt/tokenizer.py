@@ -93,6 +93,25 @@ def check_training(text: str, vocab_size: int, special_tokens: Iterable[str]) ->
     return specials
 
 
+def tokenizer_fingerprint(tokenizer: object) -> str:
+    """A SHA-256 of everything that decides a tokenizer's ids (a char tokenizer's characters;
+    BPE's tokens, merges, pattern and special tokens), the same however it was made or stored:
+    two tokenizers of one type and size that encode differently have different fingerprints."""
+    import hashlib
+
+    if isinstance(tokenizer, CharTokenizer):
+        content: object = {"type": "char", "chars": tokenizer.chars}
+    elif isinstance(tokenizer, BPETokenizer):
+        content = {"type": "bpe", "pattern": tokenizer.pattern,
+                   "special_tokens": sorted(tokenizer.special_tokens.items()),
+                   "tokens": [t.hex() for t in tokenizer.tokens],
+                   "merges": [list(m) for m in tokenizer.merges]}
+    else:
+        raise TypeError(f"not a tinygpt tokenizer: {type(tokenizer).__name__}")
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
 class CharTokenizer:
     """The simplest tokenizer: every character is a token, its id is its index in ``chars``."""
 
@@ -311,9 +330,14 @@ class BPETokenizer(StreamEncoding):
         vocab_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, path: str | Path, data: bytes | None = None) -> BPETokenizer:
+    def load(cls, path: str | Path, data: bytes | None = None,
+             pattern: str | None = None) -> BPETokenizer:
         """Read a tokenizer written by :meth:`save` (or from ``data``, the file's bytes, when the
-        caller has read and checked them already); ValueError naming the file if it is not one."""
+        caller has read and checked them already); ValueError naming the file if it is not one.
+
+        The file's pre-split pattern must be GPT-2's, GPT-4's or none, or else the ``pattern``
+        given (a name or the regex itself): a regular expression read from a file could take
+        forever to match (catastrophic backtracking), so only a known one is compiled."""
         try:
             raw = Path(path).read_bytes() if data is None else data
             model = json.loads(raw.decode("utf-8"))
@@ -324,7 +348,17 @@ class BPETokenizer(StreamEncoding):
                                  f"(expected {_VERSION})")
             tokens = [bytes.fromhex(t) for t in model["tokens"]]
             merges = [(int(a), int(b)) for a, b in model["merges"]]
+            known = (None, GPT2_PATTERN, GPT4_PATTERN, resolve_pattern(pattern))
+            if model["pattern"] not in known:
+                raise ValueError(
+                    f"its pre-split pattern {str(model['pattern'])[:80]!r} is not GPT-2's or "
+                    "GPT-4's; a pattern read from a file is compiled only when known (one could "
+                    "take forever to match): if it is yours, pass it, "
+                    "BPETokenizer.load(path, pattern=...)")
             return cls(tokens, merges, model["pattern"], model["special_tokens"])
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError,
-                ValueError) as err:
+                ValueError, AttributeError) as err:
             raise ValueError(f"cannot load a tokenizer from {path}: {err}") from None
+        except RecursionError:
+            raise ValueError(f"cannot load a tokenizer from {path}: not a {_FORMAT} model "
+                             "file (JSON nested too deeply)") from None

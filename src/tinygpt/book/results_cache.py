@@ -135,7 +135,8 @@ def read_json(path: Path) -> Any | None:
         return raw["content"]
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
+        err = err if not isinstance(err, RecursionError) else "JSON nested too deeply"
         warnings.warn(f"ignoring the corrupt cache entry {path} ({err}); computing it again",
                       stacklevel=2)
         return None

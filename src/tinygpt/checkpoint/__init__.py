@@ -34,19 +34,18 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors.torch import save as st_save
-from torch import Tensor, nn
-
-from tinygpt.checkpoint import verify
 from tinygpt.checkpoint.folder import (
+    FORMAT,
     MANIFEST,
+    MAX_JSON,
     MODEL_FILE,
     OPTIMIZER_FILE,
+    VERSION,
     VERSION_FILES,
     CheckpointError,
+    canonical,
     fsync_dir,
     is_own,
     is_tinygpt_manifest,
@@ -58,10 +57,15 @@ from tinygpt.checkpoint.folder import (
     swap_manifest,
     write_synced,
 )
-from tinygpt.checkpoint.verify import FORMAT, MAX_JSON, VERSION, canonical
 from tinygpt.config import GPTConfig, TrainConfig
-from tinygpt.model import GPT
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
+
+if TYPE_CHECKING:  # torch and the model are imported by the functions that use them, so that
+    # the folder helpers (tinygpt.checkpoint.folder: the lock, safe reads) import without torch
+    import torch
+    from torch import Tensor, nn
+
+    from tinygpt.model import GPT
 
 META_FILE, TOKENIZER_FILE = MANIFEST, "tokenizer.json"
 
@@ -83,6 +87,8 @@ class Checkpoint:
 
 def unique_tensors(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]:
     """The model's state dict with each shared tensor once, and ``{alias: stored name}``."""
+    from tinygpt.checkpoint import verify
+
     tensors, aliases = verify.distinct_tensors(model)
     return {name: t.detach().cpu().contiguous() for name, t in tensors.items()}, aliases
 
@@ -90,6 +96,8 @@ def unique_tensors(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]
 def checkpoint_bytes(model: nn.Module, optimizer: bool = True) -> int:
     """About how many bytes a checkpoint of ``model`` takes: the weights, and AdamW's two
     moments per weight (``optimizer``), plus headers, JSON and tokenizer (1 MiB)."""
+    from tinygpt.checkpoint import verify
+
     tensors, _ = verify.distinct_tensors(model)  # counted where they are: nothing is copied
     weights = sum(t.numel() * t.element_size() for t in tensors.values())
     return weights * (3 if optimizer else 1) + 2**20
@@ -108,6 +116,8 @@ def _tokenizer_json(tokenizer: object, folder: Path) -> dict[str, Any] | None:
 
 
 def _rng_json(rng_states: dict[str, Any] | None) -> dict[str, Any]:
+    from torch import Tensor
+
     out: dict[str, Any] = {}
     for name, state in (rng_states or {}).items():
         if isinstance(state, Tensor):  # a torch generator's state: a uint8 tensor
@@ -132,6 +142,11 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
     ``rng_states``: name -> a torch generator state (``torch.get_rng_state()``,
     ``generator.get_state()``) or, under ``"python"``, ``random.getstate()``.
     """
+    from safetensors.torch import save as st_save
+    from torch import Tensor
+
+    from tinygpt.checkpoint import verify
+
     out = Path(out_dir)
     if not isinstance(model_config, GPTConfig):
         raise TypeError(f"model_config must be a GPTConfig, got {type(model_config).__name__}")
@@ -203,7 +218,7 @@ def _current(out: Path) -> dict[str, Any]:
     """The manifest now in ``out`` (unchecked), or ``{}``."""
     try:
         meta = json.loads(read_regular(out / MANIFEST, max_size=MAX_JSON))
-    except (CheckpointError, ValueError):
+    except (CheckpointError, ValueError, RecursionError):
         return {}
     return meta if isinstance(meta, dict) else {}
 
@@ -223,6 +238,10 @@ def _tokenizer(raw: dict[str, Any] | None, folder: Path,
 
 
 def _build_model(config: GPTConfig, tensors: dict[str, Tensor]) -> GPT:
+    import torch
+
+    from tinygpt.model import GPT
+
     model = GPT(config)
     params = model.state_dict()
     with torch.no_grad():
@@ -248,6 +267,8 @@ def _optimizer_state(raw: dict[str, Any] | None, tensors: dict[str, Tensor],
 
 
 def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
+    from tinygpt.checkpoint import verify
+
     meta_path = folder / META_FILE
     try:
         model_config = GPTConfig(**meta["model_config"])
@@ -297,6 +318,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     not a regular file, tensors that do not fit the config, weights holding infs or NaNs. A save
     that replaces the checkpoint while it is read makes it read the new one.
     """
+    from tinygpt.checkpoint import verify
+
     folder = Path(path)
     if not folder.is_dir():
         what = "not a folder" if folder.exists() else "no such checkpoint folder"

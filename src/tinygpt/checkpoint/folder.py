@@ -14,6 +14,7 @@ never sees a mix of two saves. A save needs room for one more checkpoint beside 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -22,10 +23,19 @@ import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 MANIFEST, LOCK_FILE = "checkpoint.json", ".tinygpt.lock"
 MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
 VERSION_FILES = (MODEL_FILE, OPTIMIZER_FILE, "tokenizer.json", "tokenizer.vocab")
+FORMAT, VERSION = "tinygpt-checkpoint", 2
+MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
+
+
+def canonical(meta: dict[str, Any]) -> bytes:
+    """The bytes a manifest's checksum is taken of (sorted keys, no spaces)."""
+    return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
 _OWN = re.compile(r"step-\d{6,}-[0-9a-f]{8}|\.checkpoint\.json\.tmp-[0-9a-f]{8}|"
                   r"\.tinygpt-probe-[0-9a-f]{8}")
 _VERSION = re.compile(r"step-\d{6,}-[0-9a-f]{8}")
@@ -149,6 +159,28 @@ def read_regular(path: Path, *, max_size: int | None = None, size: int | None = 
 
 # --- the lock ------------------------------------------------------------------------------------
 
+def open_lock(path: Path) -> int:
+    """A read-write descriptor of the lock file ``path``, created if missing; never through a
+    symbolic link, and only a regular file of one link (truncating it harms no other file)."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        if path.is_symlink():
+            raise CheckpointError(f"{path}: is a symbolic link, not tinygpt's lock file; tinygpt "
+                                  "never writes through it: remove it or choose another "
+                                  "folder") from None
+        raise CheckpointError(f"{path.parent}: cannot write there ({err.strerror or err}); "
+                              "nothing was written") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else "a hard link"
+        raise CheckpointError(f"{path}: {what}, not tinygpt's lock file; tinygpt never writes "
+                              "to it: remove it or choose another folder")
+    return fd
+
+
 _held: dict[str, list[object]] = {}  # resolved folder -> [fd, depth, thread id]
 _held_guard = threading.Lock()
 
@@ -172,11 +204,7 @@ def locked(out: Path) -> Iterator[None]:
             held[1] = int(held[1]) - 1  # type: ignore[call-overload]
         return
     path = out / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise CheckpointError(f"{out}: cannot write there ({err.strerror or err}); nothing "
-                              "was trained") from None
+    fd = open_lock(path)
     try:
         import fcntl
     except ImportError:  # Windows: no flock; the folder is not locked
@@ -191,6 +219,13 @@ def locked(out: Path) -> Iterator[None]:
                 raise CheckpointError(
                     f"{out} is in use by another tinygpt process (pid {other}), which holds "
                     f"{path}: wait for it to end, or choose another --out") from None
+            try:  # a holder that ends removes the file: this one, locked, is then no lock
+                same = os.path.samestat(os.fstat(fd), os.lstat(path))
+            except OSError:
+                same = False
+            if not same:
+                raise CheckpointError(f"{out} was in use by another tinygpt process until a "
+                                      f"moment ago ({path} was replaced): try again")
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, f"{os.getpid()}\n".encode())  # for the message of a second trainer
@@ -292,7 +327,7 @@ def claim(out: Path) -> Iterator[None]:
     finally:
         with _held_guard:
             held = str(out.resolve()) in _held  # by an outer claim of this thread
-        if created and not (out / MANIFEST).exists() and not held:
+        if created and out.is_dir() and not (out / MANIFEST).exists() and not held:
             remove_stale(out, current="")  # no checkpoint: remove every version
             with contextlib.suppress(OSError):
                 (out / LOCK_FILE).unlink()

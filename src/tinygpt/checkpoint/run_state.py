@@ -34,6 +34,7 @@ from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.distributed import DistContext, broadcast_flag
 from tinygpt.model import GPT
 from tinygpt.runtime import autocast
+from tinygpt.tokenizer import tokenizer_fingerprint
 
 
 class Process(Protocol):
@@ -81,11 +82,20 @@ def start_run(model_config: GPTConfig, cfg: TrainConfig, proc: Process,
     if ckpt.model_config != model_config:
         raise ValueError(f"the checkpoint in {out_dir} has model config {ckpt.model_config}, "
                          f"not {model_config}")
+    if tokenizer is not None and ckpt.tokenizer is not None and (
+            tokenizer_fingerprint(tokenizer) != tokenizer_fingerprint(ckpt.tokenizer)):
+        raise ValueError(f"the checkpoint in {out_dir} was trained with another tokenizer than "
+                         f"the one given ({tokenizer!r}): resume with its own (or none)")
     if model is None:
         model = ckpt.model
     else:
         model.load_state_dict(ckpt.model.state_dict())
     model.to(proc.device).train()
+    missing = [name for name in ("torch", "python", "batch") if name not in ckpt.rng_states]
+    if missing:
+        raise CheckpointError(f"{out_dir}: the checkpoint holds no RNG state {missing[0]!r}, "
+                              "which resuming restores (it was saved without its run's RNG "
+                              "states): train on from its weights as a new run instead")
     saved_world = saved_world_size(ckpt.rng_states)
     if saved_world != proc.world_size:
         warn(f"warning: {out_dir} was written by {saved_world} process(es), this run has "

@@ -20,10 +20,14 @@ from safetensors.torch import load as st_load
 from torch import Tensor
 
 from tinygpt.checkpoint.folder import (
+    FORMAT,
     MANIFEST,
+    MAX_JSON,
     MODEL_FILE,
     OPTIMIZER_FILE,
+    VERSION,
     CheckpointError,
+    canonical,
     open_regular,
     read_regular,
 )
@@ -34,13 +38,6 @@ Layout = dict[str, tuple[str, tuple[int, ...]]]  # stored tensor name -> (dtype,
 DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
           torch.float64: "F64", torch.int64: "I64"}
 SIZES = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I64": 8}
-FORMAT, VERSION = "tinygpt-checkpoint", 2
-MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
-
-
-def canonical(meta: dict[str, Any]) -> bytes:
-    """The bytes a manifest's checksum is taken of (sorted keys, no spaces)."""
-    return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def read_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
@@ -57,13 +54,19 @@ def read_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
         meta = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise CheckpointError(f"{path}: not a {FORMAT} file (JSON nested too deeply)") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a {FORMAT} file")
     if meta.get("version") != VERSION:
         raise CheckpointError(f"{path}: format version {meta.get('version')!r} is not supported "
                               f"(this tinygpt reads version {VERSION}); train it again")
     checksum = meta.pop("checksum", None)
-    if checksum != hashlib.sha256(canonical(meta)).hexdigest():
+    try:
+        content = canonical(meta)
+    except (RecursionError, ValueError):  # nested too deeply to write again; nan is allowed
+        content = b""
+    if checksum != hashlib.sha256(content).hexdigest():
         raise CheckpointError(f"{path}: its checksum does not match its content: the file was "
                               "edited or damaged")
     return raw, meta

@@ -19,6 +19,7 @@ from tinygpt.checks import check_int
 
 DEVICES = "cpu, cuda, cuda:N, mps or auto"
 SEED_RANGE = (0, 2**63 - 1)  # torch takes 64-bit seeds; training adds 1 + rank to its seed
+MAX_GRAD_ACCUM = 1 << 16  # micro-batches per step: more is a mistake (a step would take ages)
 
 
 def check_device(name: str, flag: str = "--device") -> str:
@@ -52,6 +53,10 @@ def check_train_run(model_config, train_config) -> None:
     """Refuse, before any work, a seed torch cannot take, an absent device, or a run whose
     memory estimate exceeds what its device has free."""
     check_seed(train_config.seed)
+    if train_config.grad_accum_steps > MAX_GRAD_ACCUM:
+        raise ValueError(f"--gradient-accumulation-steps {train_config.grad_accum_steps}: at most "
+                         f"{MAX_GRAD_ACCUM} micro-batches per step; for a larger batch, raise "
+                         "--batch-size too")
     from tinygpt.runtime import resolve_device
 
     device = str(resolve_device(check_device(train_config.device)))  # "auto": cuda or cpu

@@ -153,11 +153,12 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
         raise ValueError(f"{where} does not fit the checkpoint's tokenizer: {err}") from None
     need = model_config.block_size + 1  # one window of inputs and their next tokens, per part
     if min(len(train_ids), len(val_ids)) < need:
-        total = math.ceil(need / min(fraction, 1 - fraction))
+        total = need / min(fraction, 1 - fraction)
+        shown = f"{math.ceil(total)}" if total < 1e12 else f"{total:.3g}"  # not 300 digits
         raise ValueError(f"{where} holds {len(train_ids) + len(val_ids)} tokens: {len(train_ids)}"
                          f" for training and {len(val_ids)} for validation (--val-fraction "
                          f"{fraction}), but each part needs at least --block-size + 1 = {need}, "
-                         f"about {total} in all: use a longer text or a smaller --block-size")
+                         f"about {shown} in all: use a longer text or a smaller --block-size")
     return run_training(args, argv, train_module, model_config, train_config, tokenizer,
                         torch.tensor(train_ids), torch.tensor(val_ids))
 
@@ -174,11 +175,16 @@ def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPT
     if any(a.startswith("--val-fraction") for a in argv):
         raise ValueError(f"--data {args.data} is a shards folder, split by tinygpt prepare: "
                          "leave --val-fraction out (prepare's --val-fraction sets it)")
+    from tinygpt.tokenizer import tokenizer_fingerprint
+
     theirs = load_tokenizer(args.data, manifest)
-    if tokenizer is not None and (type(tokenizer), tokenizer.vocab_size) != (
-            type(theirs), theirs.vocab_size):
+    if tokenizer is not None and tokenizer_fingerprint(tokenizer) != tokenizer_fingerprint(
+            theirs):
+        same = (type(tokenizer), tokenizer.vocab_size) == (type(theirs), theirs.vocab_size)
         raise ValueError(f"the checkpoint in {args.out} has a tokenizer of "
-                         f"{tokenizer.vocab_size} tokens, the shards in {args.data} another")
+                         f"{tokenizer.vocab_size} tokens, the shards in {args.data} another"
+                         f"{' of the same size but other tokens' if same else ''}: their ids "
+                         "would mean other text; resume on the shards it was trained on")
     return run_training(args, argv, train_module, model_config, train_config, tokenizer or theirs,
                         TokenShards(args.data, "train"), TokenShards(args.data, "val"))
 

@@ -11,6 +11,7 @@ shards (``tinygpt.shards``) or parse the command line (``tinygpt.cli.prepare``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,7 +25,15 @@ from tinygpt import shards as S
 from tinygpt.data import write_atomically
 from tinygpt.prepare import documents
 from tinygpt.prepare.documents import EOT, Options, find_inputs, parts
-from tinygpt.prepare.workers import Mapper, encode_texts, grouped, make_tokenizer
+from tinygpt.prepare.workers import (
+    MAX_WORKERS,
+    Mapper,
+    cores,
+    encode_texts,
+    grouped,
+    make_tokenizer,
+    useful_workers,
+)
 
 if TYPE_CHECKING:  # numpy is imported when shards are written: the command line starts fast
     import numpy as np
@@ -55,29 +64,45 @@ def fingerprint(files: list[tuple[str, Path]], options: Options) -> dict[str, An
 
 
 def save_json(out: Path, name: str, manifest: dict[str, Any]) -> None:
-    write_atomically(json.dumps(manifest, indent=1).encode(), out / name)
+    """Write a manifest with the checksum of its content (``tinygpt.shards.read_manifest``)."""
+    checked = {**manifest, "checksum": S.manifest_checksum(manifest)}
+    write_atomically(json.dumps(checked, indent=1).encode(), out / name)
 
 
 def own_file(name: str) -> bool:
     """Whether ``name`` is one that prepare writes (only those are ever replaced)."""
-    return name in (S.MANIFEST, S.PROGRESS, S.TOKENIZER_FILE, "tokenizer.vocab") or bool(
-        re.fullmatch(r"(train|val)_\d{6}\.bin|\..+\.part", name))
+    from tinygpt.checkpoint.folder import LOCK_FILE  # here: tinygpt.checkpoint imports torch
+    return name in (S.MANIFEST, S.PROGRESS, S.TOKENIZER_FILE, "tokenizer.vocab",
+                    LOCK_FILE) or is_leftover(name) or bool(
+        re.fullmatch(r"(train|val)_\d{6}\.bin", name))
+
+
+def is_leftover(name: str) -> bool:
+    """Whether ``name`` is a temporary file of prepare's (a killed run leaves them)."""
+    return name == f".{S.TOKENIZER_FILE}.vocab" or re.fullmatch(r"\..+\.part", name) is not None
 
 
 def check_out(out: Path, files: list[tuple[str, Path]]) -> Path:
     """``out`` if prepare may write there: new, empty, or a shards folder (its own files only)."""
+    from tinygpt.checkpoint.folder import LOCK_FILE  # here: tinygpt.checkpoint imports torch
+
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; prepare writes a folder and never replaces it")
     if any(out.resolve() in p.resolve().parents for _, p in files):
         raise ValueError(f"--out {out} holds input files: choose a folder of its own")
-    if out.is_dir() and any(out.iterdir()):
+    if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):  # the lock: prepare's
         others = sorted(p.name for p in out.iterdir() if not own_file(p.name))
         ours = (out / S.MANIFEST).is_file() or (out / S.PROGRESS).is_file()
         if others or not ours:
             shown = ", ".join((others or sorted(p.name for p in out.iterdir()))[:3])
             raise ValueError(f"--out {out} is not empty ({shown}...) and is not a tinygpt shards "
                              "folder: choose a new or empty folder")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a read-only disk, a file on the way (--out notes.txt/sub)...
+        raise ValueError(f"--out {out}: cannot create it ({err.strerror or err}"
+                         f"{': ' + str(err.filename) if err.filename else ''}); nothing was "
+                         "written") from None
     return out
 
 
@@ -99,7 +124,10 @@ def _reusable(out: Path, name: str, fp: dict[str, Any]) -> dict[str, Any] | None
 
     if not (out / name).is_file():
         return None
-    manifest = S.read_manifest(out, name)
+    try:
+        manifest = S.read_manifest(out, name)
+    except S.ShardError:  # altered: not reused (and replaced only with --overwrite)
+        return None
     if manifest.get("fingerprint") != fp:
         return None
     dtype = np.dtype(manifest["dtype"])
@@ -130,15 +158,37 @@ def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
         raise ValueError("--shard-tokens must be positive and --vocab-size at least 257 (256 "
                          f"bytes and <|endoftext|>), got {options.shard_tokens}, "
                          f"{options.vocab_size}")
-    workers = workers or os.cpu_count() or 1
-    if workers < 1:
-        raise ValueError(f"--workers must be positive, got {workers}")
+    cpu_cores = cores()
+    if workers is None:
+        workers = cpu_cores
+    if type(workers) is not int or not 1 <= workers <= MAX_WORKERS:
+        raise ValueError(f"--workers must be a whole number from 1 to {MAX_WORKERS} (this "
+                         f"machine has {cpu_cores} cores), got {workers!r}")
     files = find_inputs(inputs)
+    workers = useful_workers(workers, files, documents.PART_CHARS)
     folder = Path(inputs).expanduser().resolve()
     if folder.is_dir() and folder in [Path(out).resolve(), *Path(out).resolve().parents]:
         raise ValueError(f"--out {out} is inside the input folder {inputs}: a re-run would read "
                          "the shards as text; choose a folder outside it")
     out = check_out(Path(out).expanduser(), files)
+    # imported here: the package tinygpt.checkpoint imports torch, which prepare does not need
+    from tinygpt.checkpoint.folder import LOCK_FILE, locked
+
+    with locked(out):  # one prepare (or trainer) per folder; a second one is refused
+        try:
+            return _write_locked(files, out, options, workers, progress, overwrite)
+        finally:  # removed while still held: the folder holds only the shards
+            with contextlib.suppress(OSError):
+                (out / LOCK_FILE).unlink()
+
+
+def _write_locked(files: list, out: Path, options: Options, workers: int, progress: bool,
+                  overwrite: bool) -> dict[str, Any]:
+    from tinygpt.checkpoint.folder import LOCK_FILE
+
+    for p in out.iterdir():  # what a killed run was writing (the lock is ours: no one is now)
+        if is_leftover(p.name) and p.is_file() and not p.is_symlink():
+            p.unlink()
     fp = fingerprint(files, options)
     done = _reusable(out, S.MANIFEST, fp)
     if done is not None:
@@ -149,7 +199,8 @@ def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
     state = _reusable(out, S.PROGRESS, fp)
     if state is None:
         for p in out.iterdir():  # only prepare's own files are in out (check_out)
-            p.unlink()
+            if p.name != LOCK_FILE:
+                p.unlink()
         state = _start(files, options, workers, out, fp)
     try:
         manifest = _encode_all(files, options, workers, out, state, progress)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tinygpt import shards as S
 from tinygpt.stream import settled_cut
 
 EOT = "<|endoftext|>"
@@ -93,7 +95,20 @@ def find_inputs(spec: str | os.PathLike[str]) -> list[tuple[str, Path]]:
     else:
         found = [(m, Path(m)) for m in sorted(glob.glob(os.fspath(path), recursive=True))
                  if Path(m).is_file()]
+    shards = sorted({p.parent for _, p in found if _is_shards(p.parent)})
+    if shards and len(shards) == len({p.parent for _, p in found}):
+        raise ValueError(f"{spec}: holds only tinygpt shards folders ({shards[0]}), "
+                         "prepare's output, not text: give the text files it was prepared from")
+    for folder in shards:  # prepare's own output is never read as text
+        print(f"tinygpt: note: skipping {folder}: a tinygpt shards folder ({S.MANIFEST} or "
+              f"{S.PROGRESS}), not text", file=sys.stderr)
+    found = [(name, p) for name, p in found if p.parent not in shards]
     if not found:
         raise ValueError(f"{spec}: no such file, no file in that folder, or no file matches that "
                          "pattern; prepare takes a text file, a folder of them or a glob")
     return found
+
+
+def _is_shards(folder: Path) -> bool:
+    """Whether ``folder`` is (or was being made) a shards folder: prepare's output."""
+    return (folder / S.MANIFEST).is_file() or (folder / S.PROGRESS).is_file()

@@ -11,6 +11,7 @@ shards (``tinygpt.prepare``).
 
 from __future__ import annotations
 
+import os
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -23,6 +24,21 @@ if TYPE_CHECKING:
     import numpy as np
 
 COUNT_CHARS = 1 << 23  # characters per task when counting words for BPE
+MAX_WORKERS = 1024  # more --workers than this is a mistake, whatever the machine
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def useful_workers(workers: int, files: list[tuple[str, Path]], task_chars: int) -> int:
+    """``workers``, but no more than the cores, nor than the tasks of ``task_chars`` characters
+    that the files can make (a task holds at least that many, but the last)."""
+    tasks = sum(p.stat().st_size for _, p in files) // task_chars + 1
+    return max(1, min(workers, cores(), tasks))
 
 
 _TOKENIZER: Any = None
@@ -137,7 +153,7 @@ def make_tokenizer(files: list[tuple[str, Path]], options: Options, workers: int
     import regex
 
     split = regex.compile(resolve_pattern("gpt4")).findall
-    mapper, counts = Mapper(workers), Counter()
+    mapper, counts = Mapper(useful_workers(workers, files, COUNT_CHARS)), Counter()
     try:
         train = ((None, text) for name, text, _ in parts(files, split, options, COUNT_CHARS)
                  if name == "train")
