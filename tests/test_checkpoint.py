@@ -308,3 +308,13 @@ def test_a_writer_killed_mid_save_leaves_the_previous_checkpoint(tmp_path):
         ck = load_checkpoint(folder)
         assert ck.step == 3
         assert_same_weights(model, ck.model)
+
+
+def test_the_folder_helpers_import_without_torch():
+    """prepare takes a folder's lock from tinygpt.checkpoint.folder: importing it (and so the
+    package tinygpt.checkpoint) must not import torch, which prepare never needs."""
+    code = ("import sys, tinygpt.checkpoint.folder, tinygpt.prepare; "
+            "print(sorted(m for m in ('torch', 'numpy', 'tinygpt.model') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]", out

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinygpt import shards as S
+from tinygpt.checkpoint.folder import LOCK_FILE, locked
 from tinygpt.data import write_atomically
 from tinygpt.prepare import documents
 from tinygpt.prepare.documents import EOT, Options, find_inputs, parts
@@ -71,7 +72,6 @@ def save_json(out: Path, name: str, manifest: dict[str, Any]) -> None:
 
 def own_file(name: str) -> bool:
     """Whether ``name`` is one that prepare writes (only those are ever replaced)."""
-    from tinygpt.checkpoint.folder import LOCK_FILE  # here: tinygpt.checkpoint imports torch
     return name in (S.MANIFEST, S.PROGRESS, S.TOKENIZER_FILE, "tokenizer.vocab",
                     LOCK_FILE) or is_leftover(name) or bool(
         re.fullmatch(r"(train|val)_\d{6}\.bin", name))
@@ -84,8 +84,6 @@ def is_leftover(name: str) -> bool:
 
 def check_out(out: Path, files: list[tuple[str, Path]]) -> Path:
     """``out`` if prepare may write there: new, empty, or a shards folder (its own files only)."""
-    from tinygpt.checkpoint.folder import LOCK_FILE  # here: tinygpt.checkpoint imports torch
-
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; prepare writes a folder and never replaces it")
     if any(out.resolve() in p.resolve().parents for _, p in files):
@@ -171,9 +169,6 @@ def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
         raise ValueError(f"--out {out} is inside the input folder {inputs}: a re-run would read "
                          "the shards as text; choose a folder outside it")
     out = check_out(Path(out).expanduser(), files)
-    # imported here: the package tinygpt.checkpoint imports torch, which prepare does not need
-    from tinygpt.checkpoint.folder import LOCK_FILE, locked
-
     with locked(out):  # one prepare (or trainer) per folder; a second one is refused
         try:
             return _write_locked(files, out, options, workers, progress, overwrite)
@@ -184,8 +179,6 @@ def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
 
 def _write_locked(files: list, out: Path, options: Options, workers: int, progress: bool,
                   overwrite: bool) -> dict[str, Any]:
-    from tinygpt.checkpoint.folder import LOCK_FILE
-
     for p in out.iterdir():  # what a killed run was writing (the lock is ours: no one is now)
         if is_leftover(p.name) and p.is_file() and not p.is_symlink():
             p.unlink()
