@@ -75,3 +75,33 @@ def test_replace_validates_again():
         dataclasses.replace(c, norm_position="middle")
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.norm = "rmsnorm"  # type: ignore[misc]
+
+
+def test_the_argument_checks_name_the_argument_in_a_field_not_only_in_the_message():
+    """The command line names its option from ``err.field``; it never parses the message."""
+    from tinygpt.checks import (
+        ArgumentTypeError,
+        ArgumentValueError,
+        check_bool,
+        check_choice,
+        check_float,
+        check_instance,
+        check_int,
+    )
+    from tinygpt.sample import check_sampling
+
+    cases = [(lambda: check_int(0, "n_layer"), ArgumentValueError, "n_layer"),
+             (lambda: check_int(1.5, "n_head"), ArgumentTypeError, "n_head"),
+             (lambda: check_float(2.0, "dropout", 0, 1), ArgumentValueError, "dropout"),
+             (lambda: check_bool(1, "bias"), ArgumentTypeError, "bias"),
+             (lambda: check_choice("x", "norm", ("a", "b")), ArgumentValueError, "norm"),
+             (lambda: check_instance(3, str, "text"), ArgumentTypeError, "text"),
+             (lambda: check_sampling(temperature=-1.0), ArgumentValueError, "temperature"),
+             (lambda: check_sampling(top_p=0.0, vocab_size=5), ArgumentValueError, "top_p"),
+             (lambda: check_sampling(temperature=0.0, greedy=False), ArgumentValueError,
+              "temperature")]
+    for call, kind, field in cases:
+        with pytest.raises(kind) as caught:
+            call()
+        assert caught.value.field == field
+        assert isinstance(caught.value, ValueError if kind is ArgumentValueError else TypeError)

@@ -45,6 +45,23 @@ def checked_upstream() -> bool:
     return _checked_upstream
 
 
+class ArgumentValueError(ValueError):
+    """A ``ValueError`` about one argument: ``field`` is its name, so that a caller (the command
+    line) can name its own option for it without reading the message."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class ArgumentTypeError(TypeError):
+    """A ``TypeError`` about one argument: ``field`` is its name (as ``ArgumentValueError``)."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def choices(literal: Any) -> tuple[str, ...]:
     """The values of a ``Literal[...]`` type, in order: ``choices(Norm) == ("layernorm", ...)``."""
     return get_args(literal)
@@ -54,7 +71,7 @@ def check_instance(value: object, cls: type | tuple[type, ...], name: str) -> No
     """``TypeError`` unless ``value`` is an instance of ``cls``."""
     if not isinstance(value, cls):
         names = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
-        raise TypeError(f"{name} must be a {names}, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{name} must be a {names}, got {type(value).__name__}", name)
 
 
 def check_int(value: object, name: str, low: int = 1, high: int | None = None) -> int:
@@ -62,9 +79,9 @@ def check_int(value: object, name: str, low: int = 1, high: int | None = None) -
     in_words = "a positive integer" if low == 1 and high is None else (
         f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be {in_words}, got {value!r}")
+        raise ArgumentTypeError(f"{name} must be {in_words}, got {value!r}", name)
     if value < low or (high is not None and value > high):
-        raise ValueError(f"{name} must be {in_words}, got {value!r}")
+        raise ArgumentValueError(f"{name} must be {in_words}, got {value!r}", name)
     return value
 
 
@@ -78,27 +95,27 @@ def check_float(value: object, name: str, low: float = -math.inf, high: float = 
     interval = (f"{'(' if low_open or low == -math.inf else '['}{low:g}, "
                 f"{high:g}{')' if high_open or high == math.inf else ']'}")  # inf is not allowed
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number in {interval}, got {value!r}")
+        raise ArgumentTypeError(f"{name} must be a number in {interval}, got {value!r}", name)
     too_low = value <= low if low_open else value < low
     too_high = value >= high if high_open else value > high
     if not math.isfinite(value) or too_low or too_high:
-        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+        raise ArgumentValueError(f"{name} must be in {interval}, got {value!r}", name)
     return float(value)
 
 
 def check_bool(value: object, name: str) -> bool:
     """``value`` if it is ``True`` or ``False`` (not 0, 1 or a string); else ``TypeError``."""
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
+        raise ArgumentTypeError(f"{name} must be True or False, got {value!r}", name)
     return value
 
 
 def check_choice(value: object, name: str, valid: tuple[str, ...]) -> str:
     """``value`` if it is one of the strings ``valid``; else an error that lists them."""
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be one of {list(valid)}, got {value!r}")
+        raise ArgumentTypeError(f"{name} must be one of {list(valid)}, got {value!r}", name)
     if value not in valid:
-        raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
+        raise ArgumentValueError(f"{name} must be one of {list(valid)}, got {value!r}", name)
     return value
 
 

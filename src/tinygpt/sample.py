@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from tinygpt.checks import (
+    ArgumentValueError,
     check_float,
     check_instance,
     check_int,
@@ -68,10 +69,10 @@ def check_sampling(logits: object = None, temperature: object = 1.0, top_k: obje
     try:
         temperature = check_float(temperature, "temperature", 0.0, math.inf)
     except ValueError as err:
-        raise ValueError(f"{err} (0 means greedy decoding)") from None
+        raise ArgumentValueError(f"{err} (0 means greedy decoding)", "temperature") from None
     if temperature == 0 and not greedy:
-        raise ValueError("temperature must be > 0 here; temperature 0 means greedy decoding "
-                         "(argmax), see sample_next")
+        raise ArgumentValueError("temperature must be > 0 here; temperature 0 means greedy "
+                                 "decoding (argmax), see sample_next", "temperature")
     if top_k is not None:
         check_int(top_k, "top_k", 1, vocab_size)
     if top_p is not None:

@@ -39,6 +39,10 @@ class ShardError(ValueError):
     """A shards folder, manifest or shard that is missing, altered or not tinygpt's."""
 
 
+class MissingShardFile(ShardError):
+    """A file the shards folder should hold is not there."""
+
+
 def shard_dtype(vocab_size: int) -> np.dtype:
     """``uint16`` when every id fits in 16 bits, else ``uint32`` (little-endian)."""
     import numpy as np
@@ -62,8 +66,8 @@ def open_regular(path: Path, max_size: int | None = None) -> IO[bytes]:
     try:  # named after path (np.memmap's filename)
         f = open(path, "rb", opener=lambda p, mode: os.open(p, mode | flags))  # noqa: SIM115
     except FileNotFoundError:
-        raise ShardError(f"{path}: missing; the shards folder is incomplete (run tinygpt "
-                         "prepare again)") from None
+        raise MissingShardFile(f"{path}: missing; the shards folder is incomplete (run "
+                               "tinygpt prepare again)") from None
     except OSError as err:
         what = ("is a symbolic link; a shards folder holds regular files only" if
                 err.errno == errno.ELOOP else f"cannot read it ({err.strerror or err})")
@@ -104,9 +108,7 @@ def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
     try:
         with open_regular(path, MAX_JSON) as f:
             manifest = json.loads(f.read().decode("utf-8"))
-    except ShardError as err:
-        if not str(err).endswith("(run tinygpt prepare again)"):
-            raise
+    except MissingShardFile:
         raise ShardError(f"{path}: no such file; {folder} is not a finished shards folder "
                          "(run tinygpt prepare)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

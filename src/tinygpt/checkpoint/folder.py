@@ -45,6 +45,10 @@ class CheckpointError(ValueError):
     """A checkpoint folder is missing, incomplete, corrupt, in use or not tinygpt's to write."""
 
 
+class MissingCheckpointFile(CheckpointError):
+    """A file the checkpoint should hold is not there."""
+
+
 def is_own(name: str) -> bool:
     """Whether an entry of a checkpoint folder is one that tinygpt writes (by exact name)."""
     return name in (MANIFEST, LOCK_FILE) or _OWN.fullmatch(name) is not None
@@ -127,7 +131,7 @@ def open_regular(path: Path) -> int:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO does not block
     except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing") from None
+        raise MissingCheckpointFile(f"{path}: missing") from None
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read it ({err.strerror or err})") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):

@@ -27,6 +27,7 @@ from tinygpt.checkpoint.folder import (
     OPTIMIZER_FILE,
     VERSION,
     CheckpointError,
+    MissingCheckpointFile,
     canonical,
     open_regular,
     read_regular,
@@ -46,10 +47,8 @@ def read_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
     path = folder / MANIFEST
     try:
         raw = read_regular(path, max_size=MAX_JSON)
-    except CheckpointError as err:
-        if str(err).endswith(": missing"):
-            raise CheckpointError(f"{path}: missing; is {folder} a checkpoint?") from None
-        raise
+    except MissingCheckpointFile:
+        raise CheckpointError(f"{path}: missing; is {folder} a checkpoint?") from None
     try:
         meta = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

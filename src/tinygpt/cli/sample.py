@@ -29,10 +29,10 @@ def run_sample(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         return sample_and_print(args)
     except (ValueError, TypeError) as err:
-        name = re.match(r"\w+", str(err))
-        if name is None or name[0] not in SAMPLING_OPTIONS:
+        field = getattr(err, "field", None)  # the argument a tinygpt check names
+        if field not in SAMPLING_OPTIONS:
             raise
-        raise ValueError(f"{err} (option {SAMPLING_OPTIONS[name[0]]})") from None
+        raise ValueError(f"{err} (option {SAMPLING_OPTIONS[field]})") from None
 
 
 def sample_and_print(args: argparse.Namespace) -> int:
