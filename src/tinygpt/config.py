@@ -30,7 +30,7 @@ Positional = Literal["learned", "sinusoidal", "rope"]
 Optimizer = Literal["adamw", "muon"]
 Dtype = Literal["float32", "bfloat16"]
 NORMS, NORM_POSITIONS = choices(Norm), choices(NormPosition)
-ACTIVATIONS, POSITIONALS, DTYPES = choices(Activation), choices(Positional), choices(Dtype)
+ACTIVATIONS, POSITIONALS = choices(Activation), choices(Positional)
 
 
 @functools.cache

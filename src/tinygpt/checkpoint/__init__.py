@@ -67,7 +67,7 @@ if TYPE_CHECKING:  # torch and the model are imported by the functions that use 
 
     from tinygpt.model import GPT
 
-META_FILE, TOKENIZER_FILE = MANIFEST, "tokenizer.json"
+TOKENIZER_FILE = "tokenizer.json"
 
 
 @dataclass
@@ -233,7 +233,7 @@ def _tokenizer(raw: dict[str, Any] | None, folder: Path,
         return CharTokenizer(raw["chars"])
     if raw.get("type") == "bpe" and raw.get("file") in blobs:  # read and checked with the rest
         return BPETokenizer.load(folder / raw["file"], data=blobs[raw["file"]])
-    raise CheckpointError(f"{folder / META_FILE}: unknown tokenizer type {raw.get('type')!r} "
+    raise CheckpointError(f"{folder / MANIFEST}: unknown tokenizer type {raw.get('type')!r} "
                           "or a tokenizer file the manifest does not list")
 
 
@@ -269,7 +269,7 @@ def _optimizer_state(raw: dict[str, Any] | None, tensors: dict[str, Tensor],
 def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
     from tinygpt.checkpoint import verify
 
-    meta_path = folder / META_FILE
+    meta_path = folder / MANIFEST
     try:
         model_config = GPTConfig(**meta["model_config"])
         train_raw = meta["train_config"]
@@ -330,7 +330,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             return _load(folder, meta)
         except CheckpointError:
             try:
-                again = read_regular(folder / META_FILE, max_size=MAX_JSON)
+                again = read_regular(folder / MANIFEST, max_size=MAX_JSON)
             except CheckpointError:
                 again = raw
             if again == raw or attempt == 19:  # not a save that switched versions: a real error

@@ -57,14 +57,15 @@ def configs_and_tokenizer(args: argparse.Namespace,
     A new run takes the options given over ``CLI_DEFAULTS`` and the configs' defaults; a resumed
     run takes the checkpoint's, refusing model or tokenizer options that contradict it.
     """
-    from tinygpt.checkpoint import META_FILE, load_checkpoint
+    from tinygpt.checkpoint import load_checkpoint
+    from tinygpt.checkpoint.folder import MANIFEST
     from tinygpt.tokenizer import CharTokenizer
 
     given = vars(args)
     model_given = {n: given[n] for n in config_fields(GPTConfig) if n in given}
     train_given = {n: given[n] for n in config_fields(TrainConfig) if n in given}
     if not args.resume:
-        if (out / META_FILE).exists() and not args.overwrite:
+        if (out / MANIFEST).exists() and not args.overwrite:
             raise ValueError(f"{out} already holds a checkpoint: continue it with --resume, or "
                              "replace it with --overwrite")
         lr = train_given.get("learning_rate", TrainConfig.learning_rate)
