@@ -169,8 +169,8 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))  # scalar
         return logits, loss
 
-    def check_inputs(self, idx: object, targets: object, caches: object, last_only: object) -> int:
-        """A clear error for any bad argument of ``forward``; else how many positions are cached."""
+    def check_inputs(self, idx: object, targets: object, caches: object, last_only: object) -> None:
+        """A clear error for any bad argument of ``forward``."""
         check_bool(last_only, "last_only")
         if last_only and targets is not None:
             raise ValueError("last_only=True gives only the last position's logits, so it cannot "
@@ -189,7 +189,6 @@ class GPT(nn.Module):
                        else type(targets).__name__)
                 raise ValueError(f"targets must be a tensor of shape {(B, T)} like idx, got {got}")
             check_token_ids(targets, self.config.vocab_size, name="targets")
-        return past
 
     def _check_caches(self, caches: object, batch_size: int) -> int:
         """The number of positions the caches hold, after checking they fit this model and batch."""
