@@ -2,8 +2,8 @@
 #
 #   make book    set up, execute the chapters (each only when it or the package changed) and
 #                build the HTML book in _build/html
-#   make test    set up, then lint (ruff), run the unit tests, the chapters (nbval), the book
-#                build and the browser tests
+#   make test    set up, then lint (ruff), type-check the package (mypy), run the unit tests,
+#                the chapters (nbval), the book build and the browser tests
 #   make test-browser  test the built book in Chromium, and a chapter in JupyterLab
 #   make lab     open the chapters in JupyterLab (MyST rendered by jupyterlab-myst)
 #   make format  format the chapters' code to 88 columns and refresh their glued numbers
@@ -58,8 +58,8 @@ help:
 	@echo "Build a GPT from scratch"
 	@echo
 	@echo "  make book       set up, execute the chapters that changed, build the book into _build/html"
-	@echo "  make test       set up, lint with ruff, run tests/, run the chapters with nbval, build the book,"
-	@echo "                  then run the browser tests"
+	@echo "  make test       set up, lint with ruff, type-check with mypy, run tests/, run the chapters"
+	@echo "                  with nbval, build the book, then run the browser tests"
 	@echo "  make test-browser  check the built book in Chromium and a chapter in JupyterLab"
 	@echo "  make lab        open the chapters in JupyterLab"
 	@echo "  make format     format the chapters' code cells and refresh their glued numbers"
@@ -124,6 +124,7 @@ timed = echo "=== $(1)"; t0=$$(date +%s); $(2); echo "=== $(1): done in $$(( $$(
 # tests/browser/ is not a unit test: it needs the built book and Chromium (test-browser).
 test: setup
 	@$(call timed,lint: ruff check . and ruff format --check chapters/,$(BIN)/ruff check . && $(BIN)/ruff format --check chapters/)
+	@$(call timed,types: mypy (the package; settings in pyproject.toml),$(BIN)/mypy)
 	@$(call timed,unit tests: pytest tests/,$(BIN)/python -m pytest tests/ --ignore=tests/browser)
 	@$(call timed,chapters: pytest --nbval-lax chapters/,$(BIN)/python -m pytest --nbval-lax chapters/)
 	@$(call timed,book: jupyter-book build (BOOK_EXECUTE=$(BOOK_EXECUTE)),$(MAKE) book)

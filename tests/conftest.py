@@ -77,6 +77,42 @@ def random_ids(n: int, V: int, seed: int) -> list[int]:
     return torch.randint(0, V, (n,), generator=g).tolist()
 
 
+# A small corpus and the smallest model the command-line tests train, in a second or two.
+CLI_TEXT = "".join(f"{w} the {v} was {n} and more.\n" for w, v, n in zip(
+    ["first", "second", "third", "fourth", "fifth", "sixth"] * 5,
+    ["cat", "dog", "fox", "owl", "ant", "bee"] * 5, range(30)))
+CLI_TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
+            "--batch-size", "4", "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1",
+            "--warmup-iters", "1", "--quiet"]
+
+
+def train_cli_checkpoint(folder: Path, flags: list[str] = CLI_TINY) -> Path:
+    """``tinygpt train`` on ``CLI_TEXT`` (written to ``folder/corpus.txt``) with ``flags``; the
+    run folder ``folder/run`` it wrote."""
+    from tinygpt.cli import main
+
+    (folder / "corpus.txt").write_text(CLI_TEXT, encoding="utf-8")
+    assert main(["train", "--data", str(folder / "corpus.txt"), "--out", str(folder / "run"),
+                 *flags]) == 0
+    return folder / "run"
+
+
+def count_calls(monkeypatch, where: list[tuple[object, str]]) -> list[str]:
+    """Replace each function ``module.name`` by one that records ``"module.name"`` (the module's
+    last name, e.g. ``"sample.check_sampling"``) and then calls it; the list of records."""
+    calls: list[str] = []
+    for module, name in where:
+        real = getattr(module, name)
+        label = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
+
+        def counted(*args, real=real, label=label, **kwargs):
+            calls.append(label)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    return calls
+
+
 def run_cli(capsys, *argv: object) -> tuple[int, str, str]:
     """``tinygpt ARGV`` in this process: (exit code, stdout, stderr)."""
     from tinygpt.cli import main

@@ -318,3 +318,18 @@ def test_the_folder_helpers_import_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]", out
+
+
+def test_a_manifest_write_killed_midway_is_cleaned_up_by_the_next_save(tmp_path):
+    """The manifest is written through ``write_atomically``'s temporary name: what a killed
+    save leaves of it is tinygpt's, and the next save removes it; a look-alike of another
+    length is the user's, and stays."""
+    folder = tmp_path / "ckpt"
+    save(folder, step=1)
+    leftover = folder / ".checkpoint.json.ab3_x9zq.part"  # as mkstemp names it
+    users = folder / ".checkpoint.json.notes.part"
+    leftover.write_bytes(b"{half a manifest")
+    users.write_bytes(b"mine")
+    save(folder, step=2)
+    assert not leftover.exists() and users.read_bytes() == b"mine"
+    assert load_checkpoint(folder).step == 2

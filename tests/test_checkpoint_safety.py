@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import rewrite_manifest
+from conftest import CLI_TEXT, CLI_TINY, rewrite_manifest
 from conftest import run_cli as run
 
 import tinygpt
@@ -29,12 +29,7 @@ from tinygpt.model import GPT
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 from tinygpt.train import configure_optimizer, train
 
-TEXT = "".join(f"{w} the {v} was {n} and more.\n" for w, v, n in zip(
-    ["first", "second", "third", "fourth", "fifth", "sixth"] * 5,
-    ["cat", "dog", "fox", "owl", "ant", "bee"] * 5, range(30)))
-TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
-        "--batch-size", "4", "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1",
-        "--warmup-iters", "1", "--quiet"]
+TEXT, TINY = CLI_TEXT, CLI_TINY
 CONFIG = GPTConfig(vocab_size=12, block_size=8, n_layer=1, n_head=2, n_embd=8)
 
 

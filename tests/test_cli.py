@@ -18,20 +18,18 @@ from typing import Literal
 
 import pytest
 import torch
+from conftest import CLI_TEXT, train_cli_checkpoint
 from conftest import run_cli as run
 
 import tinygpt
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.cli import main
 from tinygpt.cli.options import attribute_docs, dataclass_options
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.data import split_train_val
 from tinygpt.sample import generate
 from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 
-TEXT = "".join(f"{w} the {v} was {n} and more.\n" for w, v, n in zip(
-    ["first", "second", "third", "fourth", "fifth", "sixth"] * 5,
-    ["cat", "dog", "fox", "owl", "ant", "bee"] * 5, range(30)))
+TEXT = CLI_TEXT
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
         "--batch-size", "4", "--max-iters", "6", "--eval-interval", "3", "--eval-iters", "2",
         "--warmup-iters", "2", "--quiet"]
@@ -48,11 +46,7 @@ def corpus(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """A checkpoint of the tiny model trained for 6 steps on TEXT, shared by the sampling tests."""
-    folder = tmp_path_factory.mktemp("trained")
-    (folder / "corpus.txt").write_text(TEXT, encoding="utf-8")
-    assert main(["train", "--data", str(folder / "corpus.txt"), "--out", str(folder / "run"),
-                 *TINY]) == 0
-    return folder / "run"
+    return train_cli_checkpoint(tmp_path_factory.mktemp("trained"), TINY)
 
 
 def train_tiny(capsys, corpus: Path, out: Path, *extra: object) -> str:
@@ -266,7 +260,6 @@ class Fake:
         fast: whether it is fast.
         limit: at most this many; None means no limit.
         dtype: the precision.
-        pair: two ints.
 
     Returns:
         nothing: this section is not read.
@@ -279,6 +272,16 @@ class Fake:
     fast: bool = False
     limit: int | None = None
     dtype: Literal["float32", "bfloat16"] = "float32"
+
+
+@dataclass(frozen=True)
+class FakeWithAPair:
+    """A config with a field no option can hold.
+
+    Attributes:
+        pair: two ints.
+    """
+
     pair: tuple[int, int] = (1, 2)
 
 
@@ -288,21 +291,22 @@ def test_options_cope_with_every_kind_of_field():
     assert attribute_docs(Fake) == {
         "width": "how wide; 100% is everything.", "rate": "two numbers.",
         "decay": "two numbers.", "name": "a name.", "fast": "whether it is fast.",
-        "limit": "at most this many; None means no limit.", "dtype": "the precision.",
-        "pair": "two ints."}
+        "limit": "at most this many; None means no limit.", "dtype": "the precision."}
     parser = argparse.ArgumentParser(prog="fake", exit_on_error=False)
     dataclass_options(parser, Fake)
     assert "how wide; 100% is everything. (default: 3)" in " ".join(parser.format_help().split())
     args = parser.parse_args(["--width", "5", "--rate", "1e-3", "--name", "y", "--fast",
-                              "--limit", "none", "--dtype", "bfloat16", "--pair", "(3, 4)"])
+                              "--limit", "none", "--dtype", "bfloat16"])
     assert vars(args) == {"width": 5, "rate": 1e-3, "name": "y", "fast": True, "limit": None,
-                          "dtype": "bfloat16", "pair": (3, 4)}
+                          "dtype": "bfloat16"}
     assert vars(parser.parse_args(["--limit", "7", "--no-fast"])) == {"limit": 7, "fast": False}
     assert Fake(**vars(parser.parse_args([]))) == Fake()  # absent unless given
     with pytest.raises(argparse.ArgumentError, match="invalid choice: 'float16'"):
         parser.parse_args(["--dtype", "float16"])
     with pytest.raises(argparse.ArgumentError, match="invalid int or 'none' value"):
         parser.parse_args(["--limit", "many"])
+    with pytest.raises(TypeError, match="no command-line option for a field of type"):
+        dataclass_options(argparse.ArgumentParser(prog="fake"), FakeWithAPair)
 
 
 def test_string_switches_offer_the_values_of_their_literal_types(capsys, monkeypatch):

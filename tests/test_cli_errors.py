@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import CLI_TEXT, CLI_TINY, train_cli_checkpoint
 from conftest import run_cli as run
 
 from tinygpt import data
@@ -24,23 +25,14 @@ from tinygpt.cli.train import read_data
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.sample import sample_next, top_p_filter
 
-TEXT = "".join(f"{w} the {v} was {n} and more.\n" for w, v, n in zip(
-    ["first", "second", "third", "fourth", "fifth", "sixth"] * 5,
-    ["cat", "dog", "fox", "owl", "ant", "bee"] * 5, range(30)))
-TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
-        "--batch-size", "4", "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1",
-        "--warmup-iters", "1", "--quiet"]
+TEXT, TINY = CLI_TEXT, CLI_TINY
 HUGE = str(10**12)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """A checkpoint of a tiny char model trained for 2 steps on TEXT."""
-    folder = tmp_path_factory.mktemp("trained")
-    (folder / "corpus.txt").write_text(TEXT, encoding="utf-8")
-    assert main(["train", "--data", str(folder / "corpus.txt"), "--out", str(folder / "run"),
-                 *TINY]) == 0
-    return folder / "run"
+    return train_cli_checkpoint(tmp_path_factory.mktemp("trained"))
 
 
 @pytest.fixture
@@ -322,3 +314,31 @@ def test_a_ctrl_c_that_python_would_drop_is_delivered_again(mode, expected):
     out = subprocess.run([sys.executable, "-c", IGNORED_INTERRUPT, mode], capture_output=True,
                          text=True, env=child_env(), timeout=60, check=False)
     assert out.stdout.strip() == expected, (out.stdout, out.stderr)
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--n-embd", "30", "--n-head", "4"], "(options --n-embd, --n-head)"),
+    (["--lr", "-1"], "(option --lr)"),
+    (["--min-lr", "1"], "(option --min-lr)"),
+    (["--positional", "rope", "--n-embd", "18", "--n-head", "2"],
+     "(options --positional, --n-embd, --n-head)"),
+])
+def test_a_config_error_names_the_options_it_is_about(capsys, corpus, tmp_path, flags, expected):
+    """The config's checks say which fields an error is about (``err.fields``): the command
+    line names those options, and only those, without reading the message."""
+    args = ["train", "--data", str(corpus), "--out", str(tmp_path / "run"), *TINY, *flags]
+    code = main(args)
+    err = capsys.readouterr().err
+    assert_one_line_error(code, err, expected)
+    assert err.count("(option") == 1
+
+
+def test_an_error_about_no_config_field_names_no_option():
+    from tinygpt.checks import ArgumentValueError
+    from tinygpt.cli.options import name_options
+
+    assert name_options(ValueError("GPTConfig.n_layer is wrong"), GPTConfig) == (
+        "GPTConfig.n_layer is wrong")  # a message is not parsed
+    error = ArgumentValueError("bad", "GPTConfig.n_layer")
+    assert name_options(error, GPTConfig, TrainConfig) == "bad (option --n-layer)"
+    assert name_options(ArgumentValueError("bad", "top_k"), GPTConfig) == "bad"

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import count_calls
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -310,40 +311,26 @@ def test_bad_inputs_raise_clear_errors():
             model(ok, caches=other)
 
 
-def counting(monkeypatch, where: list[tuple[object, str]]) -> list[str]:
-    """Replace each check ``module.name`` by one that records its name, then checks."""
-    calls: list[str] = []
-    for module, name in where:
-        real = getattr(module, name)
-
-        def counted(*args, real=real, name=name, **kwargs):
-            calls.append(name)
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(module, name, counted)
-    return calls
-
-
 def test_a_gpt_checks_its_input_once_and_its_layers_do_not_again(monkeypatch):
     import tinygpt.attention
     import tinygpt.block
     import tinygpt.model
 
-    calls = counting(monkeypatch, [(tinygpt.attention, "check_attention_input"),
+    calls = count_calls(monkeypatch, [(tinygpt.attention, "check_attention_input"),
                                    (tinygpt.block, "_check_width"),
                                    (tinygpt.model, "check_token_ids")])
     model = GPT(replace(SMALL, norm="rmsnorm"))
     model(torch.zeros(2, 5, dtype=torch.long))
-    assert calls == ["check_token_ids"]  # the ids, once; no layer checks again
+    assert calls == ["model.check_token_ids"]  # the ids, once; no layer checks again
     calls.clear()
     alone = tinygpt.block.Block(SMALL)  # a block of its own still checks what it is given
     with pytest.raises(ValueError, match="last dimension must be 32"):
         alone(torch.zeros(1, 3, 31))
     alone(torch.zeros(1, 3, 32))
-    assert "check_attention_input" in calls and "_check_width" in calls  # each layer, alone
+    assert "attention.check_attention_input" in calls and "block._check_width" in calls
     calls.clear()
     model(torch.zeros(2, 5, dtype=torch.long))  # the model's own checking is not left switched off
-    assert calls == ["check_token_ids"]
+    assert calls == ["model.check_token_ids"]
 
 
 def test_bad_configs_raise_clear_errors():

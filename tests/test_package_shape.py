@@ -635,3 +635,36 @@ def test_every_name_is_imported_from_its_own_module():
              *(ROOT / "benchmarks").glob("*.py"), *(ROOT / "chapters").glob("*.ipynb")]
     elsewhere = [f for path in files for f in imported_elsewhere(path, MODULES)]
     assert not elsewhere, elsewhere
+
+
+def unexplained_type_ignores(source: str) -> list[int]:
+    """Lines with a ``# type: ignore`` that no comment explains, on the line after the ignore
+    or on the line just above."""
+    lines = source.splitlines()
+    bare = []
+    for number, line in enumerate(lines, 1):
+        if "# type: ignore" not in line:
+            continue
+        after = line.split("# type: ignore", 1)[1]
+        explained_after = "#" in after
+        explained_above = number > 1 and lines[number - 2].strip().startswith("#")
+        if not (explained_after or explained_above):
+            bare.append(number)
+    return bare
+
+
+def test_unexplained_type_ignores_finds_bare_ones():
+    source = (
+        "a = 1  # type: ignore[x]\nb = 2  # type: ignore[x]  # why\n# why\nc = 3  # type: ignore\n"
+    )
+    assert unexplained_type_ignores(source) == [1]
+
+
+def test_every_type_ignore_says_why():
+    """mypy checks the package (``make test``); where it is silenced, a comment says why."""
+    bare = [
+        f"{where(path)}:{number}"
+        for path in MODULES.values()
+        for number in unexplained_type_ignores(path.read_text(encoding="utf-8"))
+    ]
+    assert not bare, "a # type: ignore without a reason:\n" + "\n".join(bare)

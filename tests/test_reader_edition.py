@@ -45,8 +45,8 @@ def prose_words(path: Path) -> int:
         if cell["cell_type"] != "markdown":
             continue
         text = HTML_COMMENT.sub(" ", source(cell))
-        # code blocks: ``` fences whose info string is not a {directive}
-        text = re.sub(r"^```(?!\{)[^\n]*\n.*?^```\s*$", " ", text, flags=re.MULTILINE | re.DOTALL)
+        # code blocks: ``` or ~~~ fences whose info string is not a {directive}
+        text = re.sub(r"^(```|~~~)(?!\{)[^\n]*\n.*?^\1\s*$", " ", text, flags=re.M | re.DOTALL)
         text = OPTION_LINE.sub(" ", text)
         text = DIRECTIVE_LINE.sub(" ", text)
         words += len(text.split())
@@ -97,6 +97,7 @@ def test_prose_words_leaves_out_code_comments_and_options(tmp_path):
             {"cell_type": "markdown", "metadata": {}, "source": [
                 "Two words <!--glue:x:.2f-->1.00<!--/glue-->\n",
                 "```python\nnot counted at all\n```\n",
+                "~~~python\nnor this\n~~~\n",
                 ":::{note}\n:class: dropdown\nthree more words\n:::\n",
             ]},
             {"cell_type": "code", "metadata": {}, "outputs": [], "source": ["a b c d"]},

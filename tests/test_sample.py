@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import count_calls
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -318,16 +319,9 @@ def test_generate_checks_its_settings_once_not_once_per_token(monkeypatch):
     import tinygpt.model
     import tinygpt.sample
 
-    calls = []
-    for module, name in [(tinygpt.sample, "check_sampling"), (tinygpt.sample, "check_token_ids"),
-                         (tinygpt.model, "check_token_ids")]:
-        real = getattr(module, name)
-
-        def counted(*args, real=real, name=f"{module.__name__}.{name}", **kwargs):
-            calls.append(name)
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(module, name, counted)
+    calls = count_calls(monkeypatch, [(tinygpt.sample, "check_sampling"),
+                                      (tinygpt.sample, "check_token_ids"),
+                                      (tinygpt.model, "check_token_ids")])
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8))
     for use_cache in (True, False):
@@ -336,6 +330,6 @@ def test_generate_checks_its_settings_once_not_once_per_token(monkeypatch):
                                       temperature=0.8, top_k=5, top_p=0.9, use_cache=use_cache,
                                       generator=torch.Generator().manual_seed(1))
         assert out.shape == (1, 15)
-        assert calls == ["tinygpt.sample.check_token_ids", "tinygpt.sample.check_sampling"], calls
+        assert calls == ["sample.check_token_ids", "sample.check_sampling"], calls
     with pytest.raises(ValueError, match="top_k"):  # and the check still happens
         tinygpt.sample.generate(model, torch.zeros(1, 3, dtype=torch.long), 2, top_k=99)

@@ -25,7 +25,7 @@ def redeliver_ignored_interrupts() -> None:
     are only reported, through ``sys.unraisablehook``) arrive again, as a new SIGINT."""
     report = sys.unraisablehook
 
-    def hook(unraisable) -> None:  # type: ignore[no-untyped-def]
+    def hook(unraisable: "sys.UnraisableHookArgs") -> None:  # a type only typeshed names
         if isinstance(unraisable.exc_value, KeyboardInterrupt):  # sent from another thread, a
             # moment later, so that it arrives after this hook has returned (if it lands in such
             # a callback again, this hook sends it again)

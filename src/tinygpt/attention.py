@@ -49,12 +49,12 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor,
     return weights @ v  # (..., T_q, d_v)
 
 
-def _check_sdpa(q: object, k: object, v: object, mask: object) -> None:
+def _check_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> None:
     """A clear error unless ``q``, ``k``, ``v`` and ``mask`` have shapes that fit together."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.ndim < 2 or not t.is_floating_point():
             raise TypeError(f"{name} must be a floating-point tensor of shape (..., T, d)")
-    shapes = [tuple(t.shape) for t in (q, k, v)]  # type: ignore[union-attr]
+    shapes = [tuple(t.shape) for t in (q, k, v)]
     if shapes[0][-1] != shapes[1][-1] or shapes[1][-2] != shapes[2][-2]:
         raise ValueError(f"q {shapes[0]}, k {shapes[1]} and v {shapes[2]} must share d_k (q, k) "
                          "and T_k (k, v)")
@@ -138,7 +138,6 @@ class CausalSelfAttention(nn.Module):
         q, k = self.position_queries_keys(q, k, past=0 if cache is None else cache.length)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H, T_all, d_k): the past positions, then these
-        weights = None
         if self.fused and not return_weights:
             y = self.fused_attention(q, k, v)  # (B, H, T, d_k), the formula below in one kernel
         else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sized
 from contextlib import contextmanager
 from typing import Any, get_args
 
@@ -47,19 +47,22 @@ def checked_upstream() -> bool:
 
 class ArgumentValueError(ValueError):
     """A ``ValueError`` about one argument: ``field`` is its name, so that a caller (the command
-    line) can name its own option for it without reading the message."""
+    line) can name its own option for it without reading the message. An error about how two
+    arguments fit together names both: ``fields`` holds ``field`` and the others."""
 
-    def __init__(self, message: str, field: str) -> None:
+    def __init__(self, message: str, field: str, *others: str) -> None:
         super().__init__(message)
         self.field = field
+        self.fields = (field, *others)
 
 
 class ArgumentTypeError(TypeError):
     """A ``TypeError`` about one argument: ``field`` is its name (as ``ArgumentValueError``)."""
 
-    def __init__(self, message: str, field: str) -> None:
+    def __init__(self, message: str, field: str, *others: str) -> None:
         super().__init__(message)
         self.field = field
+        self.fields = (field, *others)
 
 
 def choices(literal: Any) -> tuple[str, ...]:
@@ -162,14 +165,16 @@ def check_ids(ids: object, vocab_size: int, min_len: int = 0, name: str = "token
         raise TypeError(f"{name} ids must be integers, not a {type(ids).__name__}: "
                         "encode the text with a tokenizer first")
     if hasattr(ids, "ndim") and hasattr(ids, "dtype"):  # a numpy array or a torch tensor
-        if ids.ndim != 1:
-            raise ValueError(f"{name} ids must be a 1-D sequence, got shape {tuple(ids.shape)}")
-        if "int" not in str(ids.dtype):  # int8..int64, uint8..: not bool, not float
-            raise TypeError(f"{name} ids must be integers, got dtype {ids.dtype}")
-        out_of_range = (ids < 0) | (ids >= vocab_size)
-        bad = [int(ids[out_of_range][0])] if bool(out_of_range.any()) else []
+        array: Any = ids  # either kind: what is used below, both have
+        if array.ndim != 1:
+            raise ValueError(f"{name} ids must be a 1-D sequence, got shape {tuple(array.shape)}")
+        if "int" not in str(array.dtype):  # int8..int64, uint8..: not bool, not float
+            raise TypeError(f"{name} ids must be integers, got dtype {array.dtype}")
+        out_of_range = (array < 0) | (array >= vocab_size)
+        bad = [int(array[out_of_range][0])] if bool(out_of_range.any()) else []
+        length = len(array)
     else:
-        if not hasattr(ids, "__len__"):
+        if not isinstance(ids, Iterable) or not isinstance(ids, Sized):
             raise TypeError(f"{name} ids must be a sequence of ints, got {type(ids).__name__}")
         for i in ids:
             if isinstance(i, bool) or not isinstance(i, numbers.Integral):
@@ -177,8 +182,9 @@ def check_ids(ids: object, vocab_size: int, min_len: int = 0, name: str = "token
                     raise ValueError(f"{name} ids must be a 1-D sequence of ints, found {i!r}")
                 raise TypeError(f"{name} ids must be integers, found {i!r}")
         bad = [i for i in ids if not 0 <= i < vocab_size][:1]
-    if len(ids) < min_len:
-        raise ValueError(f"need at least {min_len} {name} ids, got {len(ids)}")
+        length = len(ids)
+    if length < min_len:
+        raise ValueError(f"need at least {min_len} {name} ids, got {length}")
     if bad:
         raise ValueError(f"unknown {name} id {bad[0]}: valid ids are 0..{vocab_size - 1}")
 

@@ -20,7 +20,14 @@ import math
 from dataclasses import dataclass, fields
 from typing import Literal, get_origin, get_type_hints
 
-from tinygpt.checks import check_bool, check_choice, check_float, check_int, choices
+from tinygpt.checks import (
+    ArgumentValueError,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    choices,
+)
 
 # The valid values of each string switch, the first one being GPT-2's.
 Norm = Literal["layernorm", "rmsnorm"]
@@ -41,9 +48,10 @@ def _literal_fields(cls: type) -> tuple[tuple[str, tuple[str, ...]], ...]:
                  if get_origin(hints[f.name]) is Literal)
 
 
-def _check_choices(config: object) -> None:
+def _check_choices(config: GPTConfig | TrainConfig) -> None:
     """Check every field typed as a ``Literal`` against its values."""
-    for name, valid in _literal_fields(type(config)):
+    config_class: type = type(config)
+    for name, valid in _literal_fields(config_class):
         check_choice(getattr(config, name), f"{type(config).__name__}.{name}", valid)
 
 
@@ -98,10 +106,11 @@ class GPTConfig:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             check_int(getattr(self, name), f"GPTConfig.{name}")
         if self.n_embd % self.n_head != 0:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"GPTConfig.n_embd={self.n_embd} must be divisible by n_head={self.n_head}: "
                 f"each head gets n_embd / n_head dimensions; try n_head in "
-                f"{[h for h in range(1, min(self.n_embd, 16) + 1) if self.n_embd % h == 0]}"
+                f"{[h for h in range(1, min(self.n_embd, 16) + 1) if self.n_embd % h == 0]}",
+                "GPTConfig.n_embd", "GPTConfig.n_head",
             )
         check_float(self.dropout, "GPTConfig.dropout", 0.0, 1.0, high_open=True)
         check_bool(self.bias, "GPTConfig.bias")
@@ -114,9 +123,10 @@ class GPTConfig:
             check_int(self.mlp_hidden, "GPTConfig.mlp_hidden")
         check_float(self.norm_eps, "GPTConfig.norm_eps", 0.0, 1.0, low_open=True, high_open=True)
         if self.positional == "rope" and self.head_size % 2:
-            raise ValueError(f"GPTConfig.positional='rope' rotates pairs of dimensions, so the "
-                             f"head size n_embd / n_head must be even, got {self.n_embd} / "
-                             f"{self.n_head} = {self.head_size}")
+            raise ArgumentValueError(
+                f"GPTConfig.positional='rope' rotates pairs of dimensions, so the head size "
+                f"n_embd / n_head must be even, got {self.n_embd} / {self.n_head} = "
+                f"{self.head_size}", "GPTConfig.positional", "GPTConfig.n_embd", "GPTConfig.n_head")
 
     @property
     def head_size(self) -> int:
@@ -199,11 +209,12 @@ class TrainConfig:
         if not isinstance(self.device, str) or not (
                 self.device in ("cpu", "cuda", "mps", "auto")
                 or (self.device.startswith("cuda:") and self.device[5:].isdigit())):
-            raise ValueError(f"TrainConfig.device must be 'cpu', 'cuda', 'cuda:N', 'mps' or "
-                             f"'auto', got {self.device!r}")
+            raise ArgumentValueError(f"TrainConfig.device must be 'cpu', 'cuda', 'cuda:N', 'mps' "
+                                     f"or 'auto', got {self.device!r}", "TrainConfig.device")
         if self.dtype == "float16":
-            raise ValueError("TrainConfig.dtype must be 'float32' or 'bfloat16', got 'float16' "
-                             "(float16 needs loss scaling, which tinygpt does not do)")
+            raise ArgumentValueError("TrainConfig.dtype must be 'float32' or 'bfloat16', got "
+                                     "'float16' (float16 needs loss scaling, which tinygpt does "
+                                     "not do)", "TrainConfig.dtype")
         _check_choices(self)
 
     @property

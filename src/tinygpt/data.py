@@ -25,11 +25,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from tinygpt.checks import check_float
 
-SliceableT = TypeVar("SliceableT")  # str, list, tuple, numpy array, torch tensor...
+
+class Sliceable(Protocol):
+    """What ``split_train_val`` splits: a str, list, tuple, numpy array, torch tensor..."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: slice, /) -> Any: ...
+
+
+SliceableT = TypeVar("SliceableT", bound=Sliceable)
 
 DOWNLOAD_TIMEOUT_S = 30.0
 
@@ -243,7 +251,7 @@ def load_text(name: str) -> str:
     return get_path(name).read_bytes().decode("utf-8")  # line ends kept as they are
 
 
-def _split_sizes(seq: object, val_fraction: float) -> int:
+def _split_sizes(seq: Sliceable, val_fraction: float) -> int:
     """``len(seq)``, once ``seq`` is known to be sliceable and both parts non-empty."""
     check_float(val_fraction, "val_fraction", 0, 1, low_open=True, high_open=True)
     try:

@@ -31,13 +31,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 DEFAULT_TIMEOUT_S = 300.0
@@ -166,12 +169,12 @@ def own_share(draw: Callable[[], Item], ctx: DistContext) -> Item:
     and micro-batch ``rank`` is this rank's share: the global batch is exactly what one process
     drawing ``world_size`` micro-batches in a row would get.
     """
-    mine = None
-    for r in range(ctx.world_size):
-        item = draw()
-        if r == ctx.rank:
-            mine = item
-    return mine  # type: ignore[return-value]
+    for _ in range(ctx.rank):  # the shares of the ranks before this one
+        draw()
+    mine = draw()
+    for _ in range(ctx.rank + 1, ctx.world_size):  # and after it
+        draw()
+    return mine
 
 
 def wrap_model(model: nn.Module, ctx: DistContext) -> nn.Module:
@@ -185,29 +188,41 @@ def wrap_model(model: nn.Module, ctx: DistContext) -> nn.Module:
     return DistributedDataParallel(model, device_ids=ids)
 
 
-class _DDPHandle:
-    """Forwards calls and ``no_sync()`` to a DDP wrapper until ``release()`` lets go of it."""
+class DDPHandle:
+    """Forwards calls and ``no_sync()`` to a DDP wrapper until ``data_parallel`` lets go of it
+    (sets ``ddp`` to None)."""
 
-    def __init__(self, ddp: nn.Module) -> None:
-        self.ddp: nn.Module | None = ddp
+    def __init__(self, ddp: DistributedDataParallel) -> None:
+        self.ddp: DistributedDataParallel | None = ddp
 
-    def __call__(self, *args, **kwargs):
-        return self.ddp(*args, **kwargs)  # type: ignore[misc]
+    def _wrapper(self) -> DistributedDataParallel:
+        if self.ddp is None:
+            raise RuntimeError("this DDP handle was used after its `with data_parallel(...)`")
+        return self.ddp
 
-    def no_sync(self):
-        return self.ddp.no_sync()  # type: ignore[union-attr, operator]
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapper()(*args, **kwargs)
+
+    def no_sync(self) -> AbstractContextManager[object]:
+        return self._wrapper().no_sync()
+
+
+def no_sync(net: nn.Module | DDPHandle) -> AbstractContextManager[object]:
+    """``net.no_sync()`` on several ranks (this backward keeps its gradients local, to be
+    all-reduced with a later one's); nothing to do for the plain model of one process."""
+    return net.no_sync() if isinstance(net, DDPHandle) else nullcontext()
 
 
 @contextmanager
-def data_parallel(model: nn.Module, ctx: DistContext) -> Iterator[nn.Module | _DDPHandle]:
+def data_parallel(model: nn.Module, ctx: DistContext) -> Iterator[nn.Module | DDPHandle]:
     """``wrap_model(model, ctx)`` for the length of a ``with``: on several ranks, a handle on the
     DDP wrapper that lets go of it on the way out. DDP holds the process group; freed after the
     group is destroyed (an error's traceback keeps the caller's locals alive), gloo can hang."""
-    wrapped = wrap_model(model, ctx)
-    if wrapped is model:
+    if not ctx.is_distributed:
         yield model
         return
-    handle = _DDPHandle(wrapped)
+    wrapped = cast("DistributedDataParallel", wrap_model(model, ctx))  # distributed: it wraps
+    handle = DDPHandle(wrapped)
     del wrapped
     try:
         yield handle

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from tinygpt.checks import check_choice, check_float, check_int, check_token_ids
-from tinygpt.config import POSITIONALS, Positional
+from tinygpt.config import POSITIONALS, GPTConfig, Positional
 
 
 def sinusoidal_positions(T: int, C: int, base: float = 10000.0) -> Tensor:
@@ -39,6 +39,8 @@ class Embeddings(nn.Module):
     ``pe`` that is not saved (it is recomputed). Tables start normal with std 0.02, as in GPT-2.
     """
 
+    pe: Tensor  # the buffer registered below (for the type checker: a buffer is a tensor)
+
     def __init__(self, vocab_size: int, n_embd: int, block_size: int,
                  positional: Positional = "learned") -> None:
         super().__init__()
@@ -58,9 +60,9 @@ class Embeddings(nn.Module):
             self.register_buffer("pe", torch.zeros(block_size, n_embd), persistent=False)
 
     @classmethod
-    def from_config(cls, config: object, positional: Positional = "learned") -> Embeddings:
+    def from_config(cls, config: GPTConfig, positional: Positional = "learned") -> Embeddings:
         """Embeddings sized by a ``GPTConfig``'s ``vocab_size``, ``n_embd`` and ``block_size``."""
-        return cls(config.vocab_size, config.n_embd, config.block_size, positional)  # type: ignore[attr-defined]
+        return cls(config.vocab_size, config.n_embd, config.block_size, positional)
 
     def positions(self, T: int) -> Tensor:
         """The vectors added at positions ``0 .. T-1``, shape ``(T, C)``."""

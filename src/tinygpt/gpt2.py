@@ -101,12 +101,12 @@ def _hf_name(name: str) -> str:
     return name.replace("transformer.embed.", "transformer.", 1)
 
 
-def _check_gpt2_model(model: object) -> None:
+def _check_gpt2_model(model: GPT) -> None:
     """A clear error unless ``model`` is a ``GPT`` in GPT-2's layout."""
     from tinygpt.model import GPT
 
     check_instance(model, GPT, "model")
-    _check_gpt2_layout(model.config)  # type: ignore[attr-defined]
+    _check_gpt2_layout(model.config)
 
 
 def _check_gpt2_layout(config: GPTConfig) -> None:
@@ -146,7 +146,7 @@ def from_hf_state_dict(state_dict: Mapping[str, Tensor], config: GPTConfig) -> G
         raise ValueError(f"state dict does not match GPTConfig {config}: "
                          f"missing {missing[:5]}, unexpected {extra[:5]}")
     head, wte = state_dict.get("lm_head.weight"), state_dict.get("transformer.wte.weight")
-    if config.tie_weights and head is not None and not torch.equal(head, wte):
+    if config.tie_weights and head is not None and wte is not None and not torch.equal(head, wte):
         raise ValueError("lm_head.weight differs from transformer.wte.weight: the weights "
                          "are not tied; use a config with tie_weights=False")
     with torch.no_grad():

@@ -101,6 +101,16 @@ def num_parameters(config: GPTConfig) -> int:
 
 # --- the model -----------------------------------------------------------------------------------
 
+class GPTParts(nn.ModuleDict):
+    """GPT-2's ``transformer``: a ``ModuleDict`` (so the weights keep GPT-2's names) whose
+    parts are declared here with their types, for readers and type checkers alike."""
+
+    embed: Embeddings
+    drop: nn.Dropout
+    h: nn.ModuleList
+    ln_f: nn.Module  # a norm, or nn.Identity for post-norm
+
+
 class GPT(nn.Module):
     """A decoder-only transformer language model: ids ``(B, T)`` -> logits ``(B, T, V)``.
 
@@ -112,7 +122,7 @@ class GPT(nn.Module):
         super().__init__()
         check_instance(config, GPTConfig, "config")
         self.config = config
-        self.transformer = nn.ModuleDict({
+        self.transformer = GPTParts({
             "embed": Embeddings.from_config(config, config.positional),
             "drop": nn.Dropout(config.dropout),
             "h": nn.ModuleList(Block(config) for _ in range(config.n_layer)),
@@ -169,14 +179,15 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))  # scalar
         return logits, loss
 
-    def check_inputs(self, idx: object, targets: object, caches: object, last_only: object) -> None:
+    def check_inputs(self, idx: Tensor, targets: Tensor | None,
+                     caches: Sequence[KVCache] | None, last_only: bool) -> None:
         """A clear error for any bad argument of ``forward``."""
         check_bool(last_only, "last_only")
         if last_only and targets is not None:
             raise ValueError("last_only=True gives only the last position's logits, so it cannot "
                              "compute the loss over all positions: pass targets=None")
         check_token_ids(idx, self.config.vocab_size)
-        B, T = idx.shape  # type: ignore[union-attr]
+        B, T = idx.shape
         past = 0 if caches is None else self._check_caches(caches, B)
         T_max = self.config.block_size
         if T == 0 or past + T > T_max:
@@ -184,7 +195,7 @@ class GPT(nn.Module):
             raise ValueError(f"sequence length must be in [1, {T_max}] (the context length "
                              f"T_max), got {where}; crop the input to its last {T_max} tokens")
         if targets is not None:
-            if not isinstance(targets, Tensor) or targets.shape != idx.shape:  # type: ignore[union-attr]
+            if not isinstance(targets, Tensor) or targets.shape != idx.shape:
                 got = (tuple(targets.shape) if isinstance(targets, Tensor)
                        else type(targets).__name__)
                 raise ValueError(f"targets must be a tensor of shape {(B, T)} like idx, got {got}")

@@ -123,11 +123,11 @@ class Muon(torch.optim.Optimizer):
                     adamw_step(p, p.grad, self.state[p], lr, tuple(group["betas"]),
                                group["adam_eps"], wd)
                     continue
-                self._muon_step(p, group)
+                self._muon_step(p, p.grad, group)
         return loss
 
-    def _muon_step(self, p: Tensor, group: dict) -> None:
-        g, state, mu = p.grad, self.state[p], group["momentum"]
+    def _muon_step(self, p: Tensor, g: Tensor, group: dict) -> None:
+        state, mu = self.state[p], group["momentum"]
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = torch.zeros_like(g)
         buf = state["momentum_buffer"]

@@ -60,6 +60,9 @@ class RoPE(nn.Module):
     that are not saved (they are recomputed from ``block_size``, ``head_size`` and ``base``).
     """
 
+    cos: Tensor  # the buffers registered below (for the type checker: a buffer is a tensor)
+    sin: Tensor
+
     def __init__(self, head_size: int, block_size: int, base: float = 10000.0) -> None:
         super().__init__()
         angles = rope_angles(block_size, head_size, base)  # (T_max, d_k/2)

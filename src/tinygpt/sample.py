@@ -174,24 +174,24 @@ def context_schedule(n_tokens: int, start: int, block_size: int, crop_to: int) -
     return n_tokens - crop_to, True
 
 
-def _check_generate_args(model: object, idx: object, max_new_tokens: object,
-                         crop_to: object, stop: object) -> Tensor:
+def _check_generate_args(model: GPT, idx: Tensor, max_new_tokens: int, crop_to: int | None,
+                         stop: int | Iterable[int] | None) -> Tensor:
     """Check ``generate``'s model, prompt, length and cropping; return the stop ids as a tensor."""
     check_instance(model, GPT, "model")
-    V, T_max = model.config.vocab_size, model.config.block_size  # type: ignore[attr-defined]
+    V, T_max = model.config.vocab_size, model.config.block_size
     if isinstance(idx, Tensor) and idx.ndim == 2 and idx.shape[1] == 0:
         raise ValueError("the prompt is empty (T=0): give at least one token id per row")
     check_token_ids(idx, V)  # tensor, integer dtype, (B, T), ids in [0, V)
-    if idx.shape[0] == 0:  # type: ignore[union-attr]
+    if idx.shape[0] == 0:
         raise ValueError("the batch is empty (B=0): give at least one prompt")
     check_int(max_new_tokens, "max_new_tokens", 0)
     if crop_to is not None:  # keeping T_max tokens would leave no room for the next one
         check_int(crop_to, f"crop_to (tokens kept when the context of T_max={T_max} is full)",
                   1, max(T_max - 1, 1))
-    stops = [] if stop is None else [stop] if isinstance(stop, int) else list(stop)  # type: ignore
+    stops = [] if stop is None else [stop] if isinstance(stop, int) else list(stop)
     for s in stops:
         check_int(s, "a stop id", 0, V - 1)
-    return torch.tensor(stops, dtype=torch.long, device=idx.device)  # type: ignore[union-attr]
+    return torch.tensor(stops, dtype=torch.long, device=idx.device)
 
 
 def generate(

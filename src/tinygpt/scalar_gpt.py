@@ -14,6 +14,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from tinygpt.autograd import Value, gc_paused, zero_grad
 from tinygpt.checks import check_float, check_ids, check_int
@@ -135,7 +136,7 @@ def to_gpt_state_dict(weights: Mapping[str, list[list[float]]],
     return out | {name: [1.0] * config.n_embd for name in [*norms, "transformer.ln_f.weight"]}
 
 
-def from_gpt_state_dict(state: Mapping[str, object], config: MicroConfig) -> dict[str, list]:
+def from_gpt_state_dict(state: Mapping[str, Any], config: MicroConfig) -> dict[str, list]:
     """The inverse of ``to_gpt_state_dict`` (tensors welcome); every norm scale must still be 1."""
     lists = {k: v.tolist() if hasattr(v, "tolist") else v for k, v in state.items()}
     changed = [k for k, v in lists.items() if ".ln_" in k and any(w != 1.0 for w in v)]
@@ -232,7 +233,7 @@ def loss_fn(params: Params, config: MicroConfig, tokens: Sequence[int]) -> Value
     for t in range(n):
         probs = softmax(forward_token(params, config, tokens[t], keys, values))  # (V,)
         losses.append(-probs[tokens[t + 1]].log())  # -ln p(target)
-    return sum(losses) / n
+    return sum(losses) / n  # type: ignore[return-value]  # 0 + Value is a Value (__radd__)
 
 
 # --- training and sampling -----------------------------------------------------------------------

@@ -86,9 +86,8 @@ def _named(folder: Path, entry: dict[str, Any], key: str, allowed: re.Pattern[st
            where: str) -> Path:
     """``folder / entry[key]``, if the manifest names one of tinygpt's files by a plain name."""
     name = entry.get(key) if isinstance(entry, dict) else None
-    ok = isinstance(name, str) and (name == allowed if isinstance(allowed, str)
-                                    else allowed.fullmatch(name) is not None)
-    if not ok:
+    if not isinstance(name, str) or not (name == allowed if isinstance(allowed, str)
+                                         else allowed.fullmatch(name) is not None):
         raise ShardError(f"{folder / where}: names the file {name!r}, not one of the names "
                          "tinygpt prepare writes inside the folder; the manifest is altered")
     return folder / name
@@ -143,7 +142,7 @@ def _invalid(manifest: dict[str, Any], name: str) -> str | None:
     def kind(value: Any, *types: type) -> bool:  # bool is no int here
         return type(value) in types
 
-    tok = manifest.get("tokenizer")
+    tok: Any = manifest.get("tokenizer")  # Any: kind() checks each value's type before use
     if not kind(tok, dict) or tok.get("type") not in ("char", "bpe"):
         return "no 'tokenizer' of type 'char' or 'bpe'"
     if tok["type"] == "char" and not (kind(tok.get("chars"), list) and all(
@@ -153,7 +152,7 @@ def _invalid(manifest: dict[str, Any], name: str) -> str | None:
         return "the bpe tokenizer has no 'file' and 'sha256'"
     if "eot" not in manifest or not kind(manifest["eot"], int, type(None)):
         return "'eot' is not an id or null"
-    shards = manifest.get("shards")
+    shards: Any = manifest.get("shards")
     if not kind(shards, dict) or not all(kind(shards.get(s), list) for s in SPLITS):
         return f"'shards' has no list for each of {SPLITS}"
     for split in SPLITS:
@@ -163,7 +162,7 @@ def _invalid(manifest: dict[str, Any], name: str) -> str | None:
                 return f"a {split} shard without 'file', 'tokens' and 'sha256'"
     counts = ("resume",) if name == PROGRESS else ("tokens", "documents")
     for key in counts:
-        value = manifest.get(key)
+        value: Any = manifest.get(key)
         if not kind(value, dict) or not all(kind(value.get(s), list if key == "resume" else int)
                                             for s in SPLITS):
             return f"no {key!r} for each of {SPLITS}"
@@ -296,8 +295,8 @@ class TokenShards:
         offsets = ix - (ends[which] - counts[which])  # (B,) the start within that shard
         pairs = zip(which, offsets, strict=True)
         windows = np.stack([self.arrays[k][o:o + T + 1] for k, o in pairs])  # (B, T+1)
-        windows = torch.from_numpy(windows.astype(np.int64))  # (B, T+1)
-        return windows[:, :-1], windows[:, 1:]
+        batch = torch.from_numpy(windows.astype(np.int64))  # (B, T+1)
+        return batch[:, :-1], batch[:, 1:]
 
     def __repr__(self) -> str:
         return (f"TokenShards({str(self.folder)!r}, {self.split!r}: {len(self.arrays)} shards, "

@@ -76,6 +76,14 @@ class AttentionLayer(nn.Module):
         return x + self.attn(self.ln_1(x))  # (B, T, C)
 
 
+class AttentionOnlyParts(nn.ModuleDict):
+    """``AttentionOnly``'s ``transformer``: its parts, named and typed as in ``GPTParts``."""
+
+    embed: Embeddings
+    h: nn.ModuleList
+    ln_f: nn.Module
+
+
 class AttentionOnly(nn.Module):
     """``GPT`` without the MLPs: embeddings, ``n_layer`` attention layers, ``ln_f``, ``lm_head``
     (tied to ``wte`` if ``tie_weights``), initialised as GPT-2 is. It reads ``config``'s sizes,
@@ -85,7 +93,7 @@ class AttentionOnly(nn.Module):
         super().__init__()
         check_instance(config, GPTConfig, "config")
         self.config = config
-        self.transformer = nn.ModuleDict({
+        self.transformer = AttentionOnlyParts({
             "embed": Embeddings.from_config(config, config.positional),
             "h": nn.ModuleList(AttentionLayer(config) for _ in range(config.n_layer)),
             "ln_f": make_norm(config),

@@ -39,8 +39,10 @@ _SPACE = regex.compile(r"\s")  # whitespace as the patterns' \s sees it
 # GPT-2's words in the standard library's re, 1.5x faster than regex here: its \s also takes
 # \x1c-\x1f, which regex's (the patterns') does not, so they are named
 _WS, _NON_WS = r"[^\S\x1c-\x1f]", r"[\S\x1c-\x1f]"
-_WORDS = {"gpt2": re.compile(rf"{_WS}*{_NON_WS}+|{_WS}+"),  # by the pattern's name
-          "gpt4": regex.compile(r"\s*(?:\S*?[^\s\p{L}\p{N}][\r\n]+|\S+)|\s+")}
+_WORDS: dict[str, re.Pattern[str] | regex.Pattern[str]] = {  # by the pattern's name
+    "gpt2": re.compile(rf"{_WS}*{_NON_WS}+|{_WS}+"),
+    "gpt4": regex.compile(r"\s*(?:\S*?[^\s\p{L}\p{N}][\r\n]+|\S+)|\s+"),
+}
 
 
 def split_at_spaces(text: str) -> list[str]:
@@ -143,6 +145,7 @@ class StreamEncoding:
 
     special_tokens: dict[str, int]
     _special_set: Callable[[Iterable[str] | str, str], set[str]]
+    encode_ordinary: Callable[[str], list[int]]
 
     def encode_iterable(self, texts: Iterable[str],
                         allowed_special: Iterable[str] | str = (),
@@ -163,12 +166,13 @@ class StreamEncoding:
             disallowed = set(self.special_tokens) - allowed
         else:
             disallowed = self._special_set(disallowed_special, "disallowed_special")
+        split = self.pre_split  # not None: checked above
         if not allowed and not disallowed:
-            return self._ids(texts, self.pre_split)
-        return self._ids_with_specials(texts, allowed, disallowed)
+            return self._ids(texts, split)
+        return self._ids_with_specials(texts, split, allowed, disallowed)
 
-    def _ids_with_specials(self, texts: Iterable[str], allowed: set[str],
-                           disallowed: set[str]) -> Iterator[int]:
+    def _ids_with_specials(self, texts: Iterable[str], split: Callable[[str], list[str]],
+                           allowed: set[str], disallowed: set[str]) -> Iterator[int]:
         """``_ids`` of the text between special tokens, and each allowed one's id."""
         pieces = special_pieces(texts, allowed, disallowed)
         found: list[str | None] = []
@@ -182,7 +186,7 @@ class StreamEncoding:
             found.append(None)
 
         while True:
-            yield from self._ids(ordinary(), self.pre_split)  # type: ignore[arg-type]
+            yield from self._ids(ordinary(), split)
             special = found.pop()
             if special is None:
                 return

@@ -12,7 +12,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol, cast
 
 import regex
 
@@ -168,7 +168,8 @@ class BPETokenizer(StreamEncoding):
 
     def __init__(self, tokens: Sequence[bytes], merges: Sequence[Pair],
                  pattern: str | None, special_tokens: dict[str, int] | None = None) -> None:
-        tokens, merges = [bytes(t) for t in tokens], [tuple(m) for m in merges]
+        tokens = [bytes(t) for t in tokens]
+        merges = cast(list[Pair], [tuple(m) for m in merges])  # pairs: check_vocabulary checks
         special_tokens = dict(special_tokens or {})
         check_vocabulary(tokens, merges, special_tokens)
         n = 256 + len(merges)
@@ -184,7 +185,7 @@ class BPETokenizer(StreamEncoding):
 
     def _new_caches(self) -> None:
         self._cache: dict[str, list[int]] = {}  # chunk -> ids
-        known = {GPT2_PATTERN: "gpt2", GPT4_PATTERN: "gpt4"}.get(self.pattern)  # cut at words
+        known = {GPT2_PATTERN: "gpt2", GPT4_PATTERN: "gpt4"}.get(self.pattern or "")  # cut at words
         self._words = WordCache(self._encode_chunks, known) if known else None
 
     def __getstate__(self) -> dict:  # what pickle sends to a worker process: no caches
@@ -362,3 +363,21 @@ class BPETokenizer(StreamEncoding):
         except RecursionError:
             raise ValueError(f"cannot load a tokenizer from {path}: not a {_FORMAT} model "
                              "file (JSON nested too deeply)") from None
+
+
+class Tokenizer(Protocol):
+    """What using a model needs of a tokenizer: ``vocab_size``, ``encode`` and ``decode``.
+
+    ``CharTokenizer`` and ``BPETokenizer`` are tokenizers; so is any class of your own with
+    these three (sampling and the book's widgets take one). Checkpoints and shards store only
+    the two of this module: that is a ``SavedTokenizer``."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+SavedTokenizer = CharTokenizer | BPETokenizer  # the tokenizers a checkpoint or shards can hold

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import torch
 from torch import Tensor, nn
@@ -36,17 +36,25 @@ from tinygpt.distributed import (
     broadcast_flag,
     data_parallel,
     distributed,
+    no_sync,
     own_share,
 )
 from tinygpt.model import GPT
 from tinygpt.muon import configure_muon
 from tinygpt.runtime import autocast, keep_freed_memory, resolve_device
 from tinygpt.shards import TokenShards
+from tinygpt.tokenizer import SavedTokenizer
 
+if TYPE_CHECKING:
+    import numpy as np
+
+# What ``train`` learns from: token ids (a 1-D tensor, a list, a numpy array), or the shards of a
+# prepared corpus (chapter 13), which are read from disk a batch at a time.
+TokenData: TypeAlias = "Tensor | TokenShards | Sequence[int] | np.ndarray"
 Record = dict[str, Any]  # one history entry: {"step", "loss", "lr", "tokens_per_s", ...}
 
 
-def get_batch(data: Tensor, batch_size: int, block_size: int,
+def get_batch(data: Tensor | TokenShards, batch_size: int, block_size: int,
               generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """``batch_size`` random windows of ``data``: inputs ``x`` and targets ``y``, both ``(B, T)``.
 
@@ -143,7 +151,7 @@ def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Op
                              fused=fused)
 
 
-def estimate_loss(model: GPT, splits: Mapping[str, Tensor], config: TrainConfig,
+def estimate_loss(model: GPT, splits: Mapping[str, Tensor | TokenShards], config: TrainConfig,
                   generator: torch.Generator | None = None, *, rank: int = 0,
                   world_size: int = 1) -> dict[str, float]:
     """The mean loss of each split over ``config.eval_iters`` batches of ``config.batch_size``.
@@ -171,10 +179,10 @@ def estimate_loss(model: GPT, splits: Mapping[str, Tensor], config: TrainConfig,
     return out
 
 
-def _as_tokens(data: object, name: str, config: GPTConfig) -> Tensor:
+def _as_tokens(data: TokenData, name: str, config: GPTConfig) -> Tensor | TokenShards:
     """``data`` as 1-D int64 CPU ids in ``[0, V)``, one window long (``TokenShards``: checked)."""
     if isinstance(data, TokenShards):
-        return data.check(name, config.block_size, config.vocab_size)  # type: ignore[return-value]
+        return data.check(name, config.block_size, config.vocab_size)
     try:
         t = data if isinstance(data, Tensor) else torch.as_tensor(data)
     except (TypeError, ValueError, RuntimeError):
@@ -196,8 +204,9 @@ def _as_tokens(data: object, name: str, config: GPTConfig) -> Tensor:
 
 
 def train(
-    model_config: GPTConfig, train_config: TrainConfig, train_data: object, val_data: object, *,
-    out_dir: str | Path | None = None, tokenizer: object = None, resume: bool = False,
+    model_config: GPTConfig, train_config: TrainConfig, train_data: TokenData,
+    val_data: TokenData, *, out_dir: str | Path | None = None,
+    tokenizer: SavedTokenizer | None = None, resume: bool = False,
     model: GPT | None = None, progress: bool = True,
     callback: Callable[[Record, GPT], bool | None] | None = None,
 ) -> list[Record]:
@@ -244,7 +253,7 @@ def train(
             for micro_step in range(A):  # gradient accumulation: A micro-batches, one update
                 x, y = own_share(lambda: get_batch(train_data, cfg.batch_size, T, batches), ctx)
                 sync = micro_step == A - 1 or world == 1  # DDP all-reduces after this backward
-                with nullcontext() if sync else net.no_sync():
+                with nullcontext() if sync else no_sync(net):
                     with autocast(device, cfg.dtype):
                         _, loss = net(x.to(device), y.to(device))  # (B, T) in, a scalar out
                     if world == 1 and not torch.isfinite(loss):
@@ -283,9 +292,9 @@ def train(
     return history
 
 
-def _checked(model_config: GPTConfig, cfg: TrainConfig, train_data: object, val_data: object,
-             out_dir: object, resume: bool,
-             model: GPT | None) -> tuple[Tensor, Tensor, torch.device]:
+def _checked(model_config: GPTConfig, cfg: TrainConfig, train_data: TokenData,
+             val_data: TokenData, out_dir: str | Path | None, resume: bool, model: GPT | None
+             ) -> tuple[Tensor | TokenShards, Tensor | TokenShards, torch.device]:
     """``train``'s checks, before any work: the data as tokens, and the device to train on."""
     check_instance(model_config, GPTConfig, "model_config")
     check_instance(cfg, TrainConfig, "train_config")
@@ -302,7 +311,8 @@ def _checked(model_config: GPTConfig, cfg: TrainConfig, train_data: object, val_
     return train_tokens, val_tokens, device
 
 
-def _evaluate(model: GPT, train_data: Tensor, val_data: Tensor, cfg: TrainConfig,
+def _evaluate(model: GPT, train_data: Tensor | TokenShards, val_data: Tensor | TokenShards,
+              cfg: TrainConfig,
               ctx: DistContext) -> dict[str, float]:
     """``train_loss`` and ``val_loss`` (``estimate_loss``) on the same batches every time, the
     batches shared out over the ranks."""

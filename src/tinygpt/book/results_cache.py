@@ -136,8 +136,8 @@ def read_json(path: Path) -> Any | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
-        err = err if not isinstance(err, RecursionError) else "JSON nested too deeply"
-        warnings.warn(f"ignoring the corrupt cache entry {path} ({err}); computing it again",
+        why = "JSON nested too deeply" if isinstance(err, RecursionError) else str(err)
+        warnings.warn(f"ignoring the corrupt cache entry {path} ({why}); computing it again",
                       stacklevel=2)
         return None
 

@@ -87,8 +87,9 @@ def _lines_of(obj: object) -> tuple[list[str], int, str]:
         obj = obj.fget
     obj = inspect.unwrap(obj) if callable(obj) else obj  # through functools.cache, wraps...
     try:
+        # any object: inspect raises TypeError for one without Python source, caught below
         lines, start = inspect.getsourcelines(obj)  # type: ignore[arg-type]
-        filename = inspect.getsourcefile(obj)  # type: ignore[arg-type]
+        filename = inspect.getsourcefile(obj)  # type: ignore[arg-type]  # (the same)
     except (TypeError, OSError) as error:
         raise TypeError(f"cannot show {obj!r}: it has no Python source ({error})") from error
     if filename is None:

@@ -37,7 +37,7 @@ from tinygpt import data
 from tinygpt.book import results_cache
 from tinygpt.book.scoring import score
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
-from tinygpt.checkpoint.folder import CheckpointError, fsync_dir
+from tinygpt.checkpoint.folder import CheckpointError, fsync_dir, open_lock
 from tinygpt.checks import check_bool, check_float, check_instance, check_int
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
@@ -163,11 +163,11 @@ def _lock(path: Path, progress: bool) -> Iterator[bool]:
     try:
         import fcntl
     except ImportError:  # Windows
-        fcntl = None  # type: ignore[assignment]
+        fcntl = None  # type: ignore[assignment]  # the module's name, or None without it
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:  # the cache cannot be written: _store will say so
+        fd: int | None = open_lock(lock_path(path))  # never through a link, as a run's lock
+    except (OSError, CheckpointError):  # the cache cannot be written: _store will say so
         fd = None
     if fd is None:
         yield False

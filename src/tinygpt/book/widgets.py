@@ -16,6 +16,7 @@ import torch
 
 from tinygpt.model import GPT
 from tinygpt.sample import generate
+from tinygpt.tokenizer import Tokenizer
 
 __all__ = ["SamplingWidget", "sampling_widget"]
 
@@ -38,7 +39,7 @@ class SamplingWidget:
     the last click failed). Displaying the object displays ``box``.
     """
 
-    def __init__(self, model: GPT, tokenizer: Any, prompt: str, temperature: float,
+    def __init__(self, model: GPT, tokenizer: Tokenizer, prompt: str, temperature: float,
                  top_k: int | None, top_p: float | None, max_new_tokens: int, seed: int) -> None:
         w = _ipywidgets()
         self.model, self.tokenizer = model, tokenizer
@@ -99,8 +100,8 @@ class SamplingWidget:
         return self.box._repr_mimebundle_(**kwargs)
 
 
-def sampling_widget(model: GPT, tokenizer: Any, prompt: str = "\n", *, temperature: float = 0.8,
-                    top_k: int | None = None, top_p: float | None = None,
+def sampling_widget(model: GPT, tokenizer: Tokenizer, prompt: str = "\n", *,
+                    temperature: float = 0.8, top_k: int | None = None, top_p: float | None = None,
                     max_new_tokens: int = 200, seed: int = 0) -> SamplingWidget:
     """An interactive form that samples from ``model``; display it in JupyterLab.
 

@@ -302,7 +302,8 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
             path=folder, model=model, model_config=model_config, train_config=train_config,
             step=int(meta["step"]), tokenizer=tokenizer,
             optimizer_state=_optimizer_state(meta["optimizer"], opt_tensors, meta_path),
-            rng_states=verify.rng_states(meta["rng_states"], meta_path), history=meta["history"])
+            rng_states=verify.checked_rng_states(meta["rng_states"], meta_path),
+            history=meta["history"])
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
@@ -310,7 +311,7 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
             from None
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
+def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """Read a checkpoint folder written by ``save_checkpoint`` (safetensors and JSON only).
 
     Raises ``CheckpointError`` naming the file and the problem: a missing folder or file,
@@ -325,7 +326,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         what = "not a folder" if folder.exists() else "no such checkpoint folder"
         raise CheckpointError(f"{folder}: {what}")
     for attempt in range(20):
-        raw, meta = verify.read_manifest(folder)
+        raw, meta = verify.read_checkpoint_manifest(folder)
         try:
             return _load(folder, meta)
         except CheckpointError:

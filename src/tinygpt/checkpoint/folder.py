@@ -14,6 +14,7 @@ never sees a mix of two saves. A save needs room for one more checkpoint beside 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -24,6 +25,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from tinygpt.data import write_atomically
 
 MANIFEST, LOCK_FILE = "checkpoint.json", ".tinygpt.lock"
 MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
@@ -36,8 +39,10 @@ def canonical(meta: dict[str, Any]) -> bytes:
     """The bytes a manifest's checksum is taken of (sorted keys, no spaces)."""
     return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
+# tinygpt's own names: versions, lock probes, and a manifest being written (write_atomically's
+# temporary name, or the .tmp- name of earlier versions of tinygpt)
 _OWN = re.compile(r"step-\d{6,}-[0-9a-f]{8}|\.checkpoint\.json\.tmp-[0-9a-f]{8}|"
-                  r"\.tinygpt-probe-[0-9a-f]{8}")
+                  r"\.checkpoint\.json\.[0-9a-z_]{8}\.part|\.tinygpt-probe-[0-9a-f]{8}")
 _VERSION = re.compile(r"step-\d{6,}-[0-9a-f]{8}")
 
 
@@ -114,14 +119,7 @@ def remove_stale(out: Path, current: str) -> None:
 
 def swap_manifest(out: Path, data: bytes) -> None:
     """Write ``data`` as ``out/checkpoint.json`` with one atomic rename (the switch of a save)."""
-    tmp = out / f".{MANIFEST}.tmp-{secrets.token_hex(4)}"
-    try:
-        write_synced(tmp, data)
-        os.replace(tmp, out / MANIFEST)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    write_atomically(data, out / MANIFEST)
     fsync_dir(out)
 
 
@@ -185,7 +183,16 @@ def open_lock(path: Path) -> int:
     return fd
 
 
-_held: dict[str, list[object]] = {}  # resolved folder -> [fd, depth, thread id]
+@dataclasses.dataclass
+class _Holder:
+    """This process's hold on a folder's lock: the lock file, how many ``locked`` deep, by whom."""
+
+    fd: int
+    depth: int
+    thread: int
+
+
+_held: dict[str, _Holder] = {}  # resolved folder -> its holder in this process
 _held_guard = threading.Lock()
 
 
@@ -196,23 +203,23 @@ def locked(out: Path) -> Iterator[None]:
     key = str(out.resolve())
     with _held_guard:
         held = _held.get(key)
-        if held is not None and held[2] != threading.get_ident():
+        if held is not None and held.thread != threading.get_ident():
             raise CheckpointError(f"{out} is in use by another thread of this process (pid "
                                   f"{os.getpid()}): one trainer per checkpoint folder")
         if held is not None:
-            held[1] = int(held[1]) + 1  # type: ignore[call-overload]
+            held.depth += 1
     if held is not None:
         try:
             yield
         finally:
-            held[1] = int(held[1]) - 1  # type: ignore[call-overload]
+            held.depth -= 1
         return
     path = out / LOCK_FILE
     fd = open_lock(path)
     try:
         import fcntl
     except ImportError:  # Windows: no flock; the folder is not locked
-        fcntl = None  # type: ignore[assignment]
+        fcntl = None  # type: ignore[assignment]  # the module's name, or None without it
     try:
         if fcntl is not None:
             try:
@@ -234,7 +241,7 @@ def locked(out: Path) -> Iterator[None]:
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, f"{os.getpid()}\n".encode())  # for the message of a second trainer
         with _held_guard:
-            _held[key] = [fd, 1, threading.get_ident()]
+            _held[key] = _Holder(fd, 1, threading.get_ident())
         try:
             yield
         finally:

@@ -34,7 +34,7 @@ from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.distributed import DistContext, broadcast_flag
 from tinygpt.model import GPT
 from tinygpt.runtime import autocast
-from tinygpt.tokenizer import tokenizer_fingerprint
+from tinygpt.tokenizer import SavedTokenizer, tokenizer_fingerprint
 
 
 class Process(Protocol):
@@ -55,14 +55,15 @@ class Run:
     model: GPT
     step: int  # optimizer steps done
     history: list[dict[str, Any]]
-    tokenizer: Any
+    tokenizer: SavedTokenizer | None
     optimizer_state: dict[str, Any] | None = None  # a resumed run's saved optimizer state
     saved_train_config: TrainConfig | None = None  # the configuration it was saved with
 
 
 def start_run(model_config: GPTConfig, cfg: TrainConfig, proc: Process,
               batches: torch.Generator, *, out_dir: str | Path | None, resume: bool,
-              model: GPT | None, tokenizer: Any, warn: Callable[[str], object]) -> Run:
+              model: GPT | None, tokenizer: SavedTokenizer | None,
+              warn: Callable[[str], object]) -> Run:
     """A fresh run of ``cfg``, seeded (on ``model`` if given, else a new ``GPT``), or with
     ``resume`` the checkpoint in ``out_dir`` continued: weights, optimizer, step, history and
     every RNG state restored. ``batches``, the batch stream's generator, is seeded or restored.
@@ -78,7 +79,9 @@ def start_run(model_config: GPTConfig, cfg: TrainConfig, proc: Process,
         model.to(proc.device).train()
         batches.manual_seed(cfg.seed)
         return Run(model, 0, [], tokenizer)
-    ckpt = load_checkpoint(out_dir)  # type: ignore[arg-type]
+    if out_dir is None:
+        raise ValueError("resume=True needs the out_dir holding the checkpoint to continue")
+    ckpt = load_checkpoint(out_dir)
     if ckpt.model_config != model_config:
         raise ValueError(f"the checkpoint in {out_dir} has model config {ckpt.model_config}, "
                          f"not {model_config}")
@@ -186,7 +189,8 @@ class RunSaver:
 
     def __init__(self, out_dir: str | Path | None, ctx: DistContext, model: GPT,
                  optimizer: torch.optim.Optimizer, model_config: GPTConfig, cfg: TrainConfig,
-                 tokenizer: Any, batches: torch.Generator, last_saved: int | None) -> None:
+                 tokenizer: SavedTokenizer | None, batches: torch.Generator,
+                 last_saved: int | None) -> None:
         self.out_dir, self.ctx, self.model, self.optimizer = out_dir, ctx, model, optimizer
         self.model_config, self.cfg, self.tokenizer = model_config, cfg, tokenizer
         self.batches = batches  # the batch stream's generator, whose state is saved

@@ -41,7 +41,7 @@ DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
 SIZES = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I64": 8}
 
 
-def read_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
+def read_checkpoint_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
     """The manifest of ``folder``: its bytes and, checked (format, version, checksum), its
     content without the checksum."""
     path = folder / MANIFEST
@@ -209,7 +209,7 @@ def check_optimizer_file(data: bytes, path: Path,
                                   "model config")
 
 
-def rng_states(raw: dict[str, Any], where: Path) -> dict[str, Any]:
+def checked_rng_states(raw: dict[str, Any], where: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in raw.items():
         try:

@@ -155,7 +155,7 @@ def parse_and_run(argv: list[str]) -> int:
     except BrokenPipeError:
         raise
     except (ValueError, TypeError, OSError) as err:  # CheckpointError, DataNotFoundError...
-        message = name_options(str(err), GPTConfig, TrainConfig)
+        message = name_options(err, GPTConfig, TrainConfig)
         print(f"tinygpt: error: {message}", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as err:  # past the estimates of tinygpt.cli.preflight

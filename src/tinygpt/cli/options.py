@@ -10,7 +10,6 @@ not parse a command line or run anything (``tinygpt.cli``).
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import inspect
 import re
@@ -70,7 +69,9 @@ def parse_hint(hint: Any) -> tuple[Callable[[str], Any] | None, tuple[Any, ...] 
     hint = type(valid[0]) if valid else hint
     if hint is bool:
         return None, None, ""
-    base = hint if hint in (int, float, str) else ast.literal_eval  # tuples, lists...
+    if hint not in (int, float, str):
+        raise TypeError(f"no command-line option for a field of type {hint}")
+    base = hint
 
     def convert(text: str) -> Any:
         return None if optional and text.lower() == "none" else base(text)
@@ -106,12 +107,12 @@ def dataclass_options(group: Any, cls: type, defaults: dict[str, Any] | None = N
         group.add_argument(*option_flags(f.name), **kwargs)
 
 
-def name_options(message: str, *classes: type) -> str:
-    """``message`` with the options of the ``classes``' fields it names (learning_rate: --lr),
-    if it is one of their errors (it names ``ClassName.``)."""
-    if not any(f"{cls.__name__}." in message for cls in classes):
-        return message
-    fields = [n for cls in classes for n in config_fields(cls)]
-    names = [n for n in fields if re.search(rf"\b{n}\b", message)]
-    flags = ", ".join(option_flags(n)[0] for n in names)
-    return f"{message} (option{'s' * (len(names) > 1)} {flags})" if names else message
+def name_options(error: Exception, *classes: type) -> str:
+    """``error``'s message, followed by the options of the ``classes``' fields it is about
+    (``TrainConfig.learning_rate``: ``--lr``), which a tinygpt check gives as its ``fields``."""
+    options = {f"{cls.__name__}.{name}": option_flags(name)[0]
+               for cls in classes for name in config_fields(cls)}
+    flags = [options[f] for f in getattr(error, "fields", ()) if f in options]
+    if not flags:
+        return str(error)
+    return f"{error} (option{'s' * (len(flags) > 1)} {', '.join(flags)})"

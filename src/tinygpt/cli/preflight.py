@@ -127,8 +127,11 @@ def available_memory(device: str) -> int | None:
         return None
     try:
         meminfo = Path("/proc/meminfo").read_text()
-        free = int(re.search(r"MemAvailable:\s+(\d+) kB", meminfo)[1]) * 1024
-    except (OSError, TypeError):
+        found = re.search(r"MemAvailable:\s+(\d+) kB", meminfo)
+        if found is None:
+            return None
+        free = int(found[1]) * 1024
+    except OSError:
         return None
     try:  # a container's limit (cgroup v2)
         limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()

@@ -16,13 +16,17 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinygpt.cli import preflight
 from tinygpt.cli.options import config_fields, option_flags
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.data import DATASETS, load_text, split_train_val
 from tinygpt.shards import is_shards_folder
+
+if TYPE_CHECKING:
+    from tinygpt.tokenizer import SavedTokenizer
+    from tinygpt.train import TokenData
 
 CLI_DEFAULTS = {"block_size": 64, "batch_size": 12}  # nanoGPT's baby GPT, see the help's epilog
 CORPORA = ("shakespeare", *(name for name in DATASETS if "/" not in name))
@@ -165,7 +169,8 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPTConfig,
-                    train_config: TrainConfig, tokenizer: Any, train_module: Any) -> int:
+                    train_config: TrainConfig, tokenizer: SavedTokenizer | None,
+                    train_module: Any) -> int:
     """Train on the memory-mapped shards of ``tinygpt prepare`` with their tokenizer."""
     from tinygpt.shards import TokenShards, load_tokenizer, read_manifest
 
@@ -191,8 +196,8 @@ def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPT
 
 
 def run_training(args: argparse.Namespace, argv: list[str], train_module: Any,
-                 model_config: GPTConfig, train_config: TrainConfig, tokenizer: Any,
-                 train_data: Any, val_data: Any) -> int:
+                 model_config: GPTConfig, train_config: TrainConfig, tokenizer: SavedTokenizer,
+                 train_data: TokenData, val_data: TokenData) -> int:
     """Call ``train_module.train`` on the data, print a summary line (or how to resume)."""
     from tinygpt.checkpoint import load_checkpoint
     from tinygpt.distributed import is_main_process

@@ -22,6 +22,10 @@ import re
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 from tinygpt.checks import check_instance
 
@@ -89,8 +93,10 @@ class Canvas:
         import matplotlib
         from matplotlib.figure import Figure
 
-        self._rc = {"svg.fonttype": "none", "svg.hashsalt": "tinygpt", "font.size": FONT,
-                    "font.family": "sans-serif"}
+        self._rc: dict[RcKeyType, Any] = {
+            "svg.fonttype": "none", "svg.hashsalt": "tinygpt", "font.size": FONT,
+            "font.family": "sans-serif",
+        }
         with matplotlib.rc_context(self._rc):
             self.fig = Figure(figsize=(width, height))
             self.ax = self.fig.add_axes((0, 0, 1, 1))

@@ -19,7 +19,7 @@ import torch
 
 from tinygpt.block import Block
 from tinygpt.checks import check_instance, check_int
-from tinygpt.config import GPTConfig, TrainConfig
+from tinygpt.config import GPTConfig, NormPosition, TrainConfig
 from tinygpt.figures.drawing import FILLS, INK, LINE, Canvas, Diagram
 from tinygpt.figures.embedding_diagrams import hooked_shapes, shape_of
 from tinygpt.model import GPT, parameter_counts
@@ -70,7 +70,8 @@ def block_pre_post(config: GPTConfig, T: int = 8) -> Diagram:
     c = Canvas(9.4, 7.05)
     x = torch.randn(1, T, config.n_embd)  # (B, T, C)
     alt = []
-    for x0, position in ((0.1, "pre"), (4.8, "post")):
+    panels: tuple[tuple[float, NormPosition], ...] = ((0.1, "pre"), (4.8, "post"))
+    for x0, position in panels:
         block = Block(replace(config, norm_position=position)).eval()
         s = hooked_shapes(block, ["attn", "mlp.c_fc", "ln_1"], x)
         s = {"in": s["ln_1.in"] if position == "pre" else tuple(x.shape), "attn": s["attn"],
@@ -233,7 +234,7 @@ def gradient_buckets(model: GPT, cap_mb: float = DDP_BUCKET_CAP_MB) -> list[int]
     import torch.distributed as dist
 
     check_instance(model, GPT, "model")
-    ready: list[torch.nn.Parameter] = []
+    ready: list[torch.Tensor] = []  # parameters, in the order their gradients are ready
     handles = [p.register_post_accumulate_grad_hook(ready.append) for p in model.parameters()]
     x = torch.zeros(1, min(8, model.config.block_size), dtype=torch.long)  # (1, T)
     try:

@@ -39,9 +39,11 @@ from tinygpt.prepare.workers import (
 if TYPE_CHECKING:  # numpy is imported when shards are written: the command line starts fast
     import numpy as np
 
+    from tinygpt.tokenizer import SavedTokenizer
+
 # --- the output folder -----------------------------------------------------------------------
 
-def tokenizer_entry(tokenizer: Any, out: Path) -> dict[str, Any]:
+def tokenizer_entry(tokenizer: SavedTokenizer, out: Path) -> dict[str, Any]:
     """The manifest's ``tokenizer``: a char tokenizer's characters, or BPE's saved file."""
     from tinygpt.tokenizer import CharTokenizer
 
@@ -110,7 +112,7 @@ def _write_shard(out: Path, name: str, tokens: np.ndarray) -> str:
     """Write one shard through a temporary name; its SHA-256. No copy of the tokens is made."""
     import numpy as np
 
-    data = memoryview(np.ascontiguousarray(tokens)).cast("B")
+    data = np.ascontiguousarray(tokens).data.cast("B")  # a memoryview of the array's bytes
     write_atomically(data, out / name)
     return hashlib.sha256(data).hexdigest()
 

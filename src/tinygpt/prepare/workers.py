@@ -23,6 +23,8 @@ from tinygpt.stream import split_at_spaces, words
 if TYPE_CHECKING:
     import numpy as np
 
+    from tinygpt.tokenizer import SavedTokenizer
+
 COUNT_CHARS = 1 << 23  # characters per task when counting words for BPE
 MAX_WORKERS = 1024  # more --workers than this is a mistake, whatever the machine
 
@@ -44,7 +46,7 @@ def useful_workers(workers: int, files: list[tuple[str, Path]], task_chars: int)
 _TOKENIZER: Any = None
 
 
-def init_worker(tokenizer: Any) -> None:
+def init_worker(tokenizer: SavedTokenizer | None) -> None:
     """Run in each worker process once: the tokenizer its tasks use."""
     global _TOKENIZER
     _TOKENIZER = tokenizer
@@ -103,7 +105,7 @@ def chunk_counts(words: Counter, split: Callable[[str], list[str]]) -> Counter:
 class Mapper:
     """``imap`` over ``workers`` processes (in this one for 1), order kept, a few ahead."""
 
-    def __init__(self, workers: int, tokenizer: Any = None) -> None:
+    def __init__(self, workers: int, tokenizer: SavedTokenizer | None = None) -> None:
         self.pool = None
         init_worker(tokenizer)
         if workers > 1:
@@ -138,7 +140,7 @@ class Mapper:
 def make_tokenizer(files: list[tuple[str, Path]], options: Options, workers: int) -> Any:
     """The tokenizer of ``options``: GPT-2's, the characters of every document, or BPE learned on
     the training documents' pre-split chunks (counted by the workers, then merged)."""
-    from tinygpt.bpe import resolve_pattern, train_merges
+    from tinygpt.bpe import GPT4_PATTERN, train_merges
     from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 
     if options.tokenizer == "gpt2":
@@ -152,8 +154,8 @@ def make_tokenizer(files: list[tuple[str, Path]], options: Options, workers: int
         return CharTokenizer(sorted(chars))
     import regex
 
-    split = regex.compile(resolve_pattern("gpt4")).findall
-    mapper, counts = Mapper(useful_workers(workers, files, COUNT_CHARS)), Counter()
+    split = regex.compile(GPT4_PATTERN).findall
+    mapper, counts = Mapper(useful_workers(workers, files, COUNT_CHARS)), Counter[str]()
     try:
         train = ((None, text) for name, text, _ in parts(files, split, options, COUNT_CHARS)
                  if name == "train")
