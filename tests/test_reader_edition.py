@@ -19,6 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+# every page that runs: the chapters and the back matter's "Under the hood" notebooks
+NOTEBOOKS = sorted((ROOT / "chapters").rglob("*.ipynb"))
 CHAPTER_WORDS = 5_000
 BOOK_WORDS = 50_000
 
@@ -53,7 +55,7 @@ def prose_words(path: Path) -> int:
     return words
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_test_marker_comments_on_the_page(path):
     """nbval reads its cell tags (nbval-check-output); a comment would show on the page."""
     marked = [
@@ -64,7 +66,7 @@ def test_no_test_marker_comments_on_the_page(path):
     assert not marked, f"{path.name}: cells {marked} carry a # NBVAL comment; use a cell tag"
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_glue_calls_sit_in_removed_cells(path):
     """A number glued for the prose is computed where the reader sees it, and glued in a cell
     of its own that the web page removes and JupyterLab shows collapsed."""
