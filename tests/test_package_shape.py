@@ -42,15 +42,8 @@ MAX_TOP_LEVEL = 30  # modules at the top level, besides __init__ and __main__
 
 # Displayed objects allowed to be longer than MAX_SHOWN, by dotted name, with the reason.
 LONG_SHOWN: dict[str, str] = {
-    "tinygpt.bpe.train_merges": "chapter 1's fast BPE trainer is one algorithm (symbols in a "
-    "linked list, pair counts in a heap) that reads best whole, after the short naive trainer "
-    "it must match",
     "tinygpt.sample.generate": "chapter 9's generation loop in one piece: the context window, "
     "the cache and its rebuilds, sampling and stop ids are what the chapter has built, met once",
-    "tinygpt.config.GPTConfig": "chapter 5 shows only its fields (show.source(..., lines=)); "
-    "the checks of __post_init__ stay off the page",
-    "tinygpt.train.train": "chapter 8's training loop, read in one piece from set-up to the "
-    "last step; the work of each part is in named helpers",
 }
 
 # The subpackages, each with what it holds; anything else at the top level is a chapter's piece.
