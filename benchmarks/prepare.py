@@ -44,7 +44,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-EOT = "<|endoftext|>"
+from tinygpt.tokenizer import EOT
+
 BPE_VOCAB = 10_000
 
 

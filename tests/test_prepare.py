@@ -21,8 +21,9 @@ import tinygpt.prepare.workers as prepare_workers
 from tinygpt.cli import main
 from tinygpt.gpt2 import load_tokenizer as gpt2
 from tinygpt.gpt2 import tokenizer_files
-from tinygpt.prepare.documents import EOT, Options, is_val
+from tinygpt.prepare.documents import Options, is_val
 from tinygpt.shards import ShardError, TokenShards, load_tokenizer, read_manifest
+from tinygpt.tokenizer import EOT
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog;", "sun,", "moon",
          "and", "star!\n", "café", "naïve", "雪", " gap", "tab\t", "it's"]

@@ -17,12 +17,11 @@ from hypothesis import strategies as st
 
 from tinygpt.bpe import GPT2_PATTERN, PATTERNS, split_text
 from tinygpt.gpt2 import load_tokenizer
-from tinygpt.tokenizer import BPETokenizer, CharTokenizer, render_token
+from tinygpt.tokenizer import EOT, BPETokenizer, CharTokenizer, render_token
 
 FAST = settings(max_examples=80, deadline=None)
 # See tests/test_bpe.py: unassigned code points are left out when comparing libraries.
 ASSIGNED_TEXT = st.text(st.characters(exclude_categories=("Cn", "Cs")), max_size=300)
-EOT = "<|endoftext|>"
 
 SAMPLES = [
     "",

@@ -18,19 +18,18 @@ from typing import TYPE_CHECKING
 from tinygpt.checks import check_instance
 from tinygpt.config import GPTConfig
 from tinygpt.data import get_path
-from tinygpt.tokenizer import BPETokenizer
+from tinygpt.tokenizer import EOT, BPETokenizer
 
 if TYPE_CHECKING:
     from torch import Tensor
 
     from tinygpt.model import GPT
 
-__all__ = ["EOT", "bytes_to_unicode", "from_hf_state_dict", "load_tokenizer", "to_hf_state_dict",
+__all__ = ["bytes_to_unicode", "from_hf_state_dict", "load_tokenizer", "to_hf_state_dict",
            "tokenizer_files"]
 
 # --- tokenizer files: vocab.json and merges.txt ---
 
-EOT = "<|endoftext|>"  # GPT-2's one special token, the last id (50256)
 
 
 def tokenizer_files() -> tuple[Path, Path]:

@@ -157,6 +157,7 @@ def render_token(token: bytes) -> str:
     return "".join(shown)
 
 
+EOT = "<|endoftext|>"  # the special token between documents: GPT-2's (its last id, 50256)
 _FORMAT, _VERSION = "tinygpt-bpe", 1
 _CACHE_LIMIT = 200_000  # distinct chunks remembered by encode before the cache is reset
 

@@ -25,7 +25,7 @@ from tinygpt import shards as S
 from tinygpt.checkpoint.folder import LOCK_FILE, locked
 from tinygpt.data import write_atomically
 from tinygpt.prepare import documents
-from tinygpt.prepare.documents import EOT, Options, find_inputs, parts
+from tinygpt.prepare.documents import Options, find_inputs, parts
 from tinygpt.prepare.workers import (
     MAX_WORKERS,
     Mapper,
@@ -35,6 +35,7 @@ from tinygpt.prepare.workers import (
     make_tokenizer,
     useful_workers,
 )
+from tinygpt.tokenizer import EOT
 
 if TYPE_CHECKING:  # numpy is imported when shards are written: the command line starts fast
     import numpy as np

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tinygpt import shards as S
 from tinygpt.stream import settled_cut
+from tinygpt.tokenizer import EOT
 
-EOT = "<|endoftext|>"
 PART_CHARS = 1 << 18  # characters per part, and per task of encoding sent to a worker
 READ_CHARS = 1 << 20  # characters read from a file at a time
 

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tinygpt.prepare.documents import EOT, Options, parts
+from tinygpt.prepare.documents import Options, parts
 from tinygpt.stream import split_at_spaces, words
+from tinygpt.tokenizer import EOT
 
 if TYPE_CHECKING:
     import numpy as np
