@@ -58,7 +58,7 @@ def all_figures(tokenizer):
         "parameter_share": gpt_diagrams.parameter_share(SMALL),
         "training_loop": gpt_diagrams.training_loop(SMALL, TRAIN),
         "lr_schedule": gpt_diagrams.lr_schedule(TRAIN),
-        "data_parallel": gpt_diagrams.data_parallel(SMALL, TRAIN),
+        "data_parallel": gpt_diagrams.data_parallel_step(SMALL, TRAIN),
     }
 
 
@@ -209,7 +209,7 @@ def test_data_parallel_buckets_hold_every_gradient():
             expected, size = expected + [size], 0
     expected += [size] if size else []
     assert buckets == expected and len(buckets) > 1
-    figure = gpt_diagrams.data_parallel(SMALL, TRAIN, world_size=3)
+    figure = gpt_diagrams.data_parallel_step(SMALL, TRAIN, world_size=3)
     texts = " ".join(figure.texts())
     assert all(f"process (rank) {r}" in texts for r in range(3))
     assert "3 × 4 = 12 windows" in texts

@@ -78,13 +78,14 @@ def prepare_cli(capsys, text: str, out: Path, *options: object) -> None:
 @pytest.mark.parametrize("kind", ["char", "bpe"])
 def test_resume_refuses_shards_of_another_tokenizer_of_the_same_type_and_size(capsys, tmp_path,
                                                                              kind):
-    from tinygpt.shards import load_tokenizer
+    from tinygpt.shards import load_shards_tokenizer
 
     options = ["--tokenizer", kind] + (["--vocab-size", "300"] if kind == "bpe" else [])
     other = TEXT.replace("z", "#") if kind == "char" else TEXT.upper()
     prepare_cli(capsys, TEXT, tmp_path / "mine", *options)
     prepare_cli(capsys, other, tmp_path / "theirs", *options)
-    mine, theirs = load_tokenizer(tmp_path / "mine"), load_tokenizer(tmp_path / "theirs")
+    mine = load_shards_tokenizer(tmp_path / "mine")
+    theirs = load_shards_tokenizer(tmp_path / "theirs")
     assert (type(mine), mine.vocab_size) == (type(theirs), theirs.vocab_size)
     out = tmp_path / "run"
     assert run(capsys, "train", "--data", tmp_path / "mine", "--out", out, *TINY)[0] == 0

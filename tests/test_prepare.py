@@ -19,10 +19,9 @@ import tinygpt.prepare as prepare_run
 import tinygpt.prepare.documents as prepare_documents
 import tinygpt.prepare.workers as prepare_workers
 from tinygpt.cli import main
-from tinygpt.gpt2 import load_tokenizer as gpt2
-from tinygpt.gpt2 import tokenizer_files
+from tinygpt.gpt2 import load_tokenizer, tokenizer_files
 from tinygpt.prepare.documents import Options, is_val
-from tinygpt.shards import ShardError, TokenShards, load_tokenizer, read_manifest
+from tinygpt.shards import ShardError, TokenShards, load_shards_tokenizer, read_manifest
 from tinygpt.tokenizer import EOT
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog;", "sun,", "moon",
@@ -50,7 +49,7 @@ def documents(folder: Path, options: Options) -> dict[str, list[str]]:
 
 
 def decoded(out: Path, split: str) -> str:
-    tokenizer = load_tokenizer(out)
+    tokenizer = load_shards_tokenizer(out)
     ids = np.concatenate(TokenShards(out, split).arrays).tolist()
     return tokenizer.decode(ids)
 
@@ -154,8 +153,8 @@ def test_gpt2_shards_are_gpt2_token_ids(tmp_path):
     corpus = make_corpus(tmp_path / "in", files=2)
     options = Options("gpt2", val_fraction=0.3, seed=1)
     prepare_run.write_shards(corpus, tmp_path / "out", options, workers=1)
-    enc = tiktoken.Encoding("gpt2-local", pat_str=gpt2(*tokenizer_files()).pattern,
-                            mergeable_ranks=dict(ranks_of(gpt2(*tokenizer_files()))),
+    enc = tiktoken.Encoding("gpt2-local", pat_str=load_tokenizer(*tokenizer_files()).pattern,
+                            mergeable_ranks=dict(ranks_of(load_tokenizer(*tokenizer_files()))),
                             special_tokens={EOT: 50256})
     docs = documents(corpus, options)
     want = [i for d in docs["train"] for i in enc.encode_ordinary(d) + [50256]]
@@ -275,7 +274,7 @@ def test_the_tokenizer_file_is_json_and_checked(tmp_path):
     assert data.startswith(b"{") and hashlib.sha256(data).hexdigest() == entry["sha256"]
     (out / entry["file"]).write_bytes(data + b" ")  # still valid JSON, but altered
     with pytest.raises(ShardError, match="altered"):
-        load_tokenizer(out)
+        load_shards_tokenizer(out)
 
 
 def test_bpe_counted_by_workers_learns_what_bpe_train_learns_on_the_training_documents(tmp_path):
@@ -285,7 +284,7 @@ def test_bpe_counted_by_workers_learns_what_bpe_train_learns_on_the_training_doc
     prepare_run.write_shards(corpus, tmp_path / "out", SMALL, workers=2)
     docs = documents(corpus, SMALL)["train"]
     reference = BPETokenizer.train(EOT.join(docs), SMALL.vocab_size, special_tokens=[EOT])
-    ours = load_tokenizer(tmp_path / "out")
+    ours = load_shards_tokenizer(tmp_path / "out")
     assert ours.merges == reference.merges and ours.tokens == reference.tokens
     assert ours.special_tokens == reference.special_tokens == {EOT: SMALL.vocab_size - 1}
 

@@ -214,7 +214,7 @@ def check_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
         return folder / entry["file"]
 
 
-def load_tokenizer(folder: str | Path, manifest: dict[str, Any] | None = None) -> Any:
+def load_shards_tokenizer(folder: str | Path, manifest: dict[str, Any] | None = None) -> Any:
     """The tokenizer the shards of ``folder`` were encoded with (its file checked)."""
     folder = Path(folder)
     manifest = manifest or read_manifest(folder)

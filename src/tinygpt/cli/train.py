@@ -172,7 +172,7 @@ def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPT
                     train_config: TrainConfig, tokenizer: SavedTokenizer | None,
                     train_module: Any) -> int:
     """Train on the memory-mapped shards of ``tinygpt prepare`` with their tokenizer."""
-    from tinygpt.shards import TokenShards, load_tokenizer, read_manifest
+    from tinygpt.shards import TokenShards, load_shards_tokenizer, read_manifest
 
     manifest = read_manifest(args.data)
     if not args.resume and (args.tokenizer is not None or args.vocab_size is not None):
@@ -183,7 +183,7 @@ def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPT
                          "leave --val-fraction out (prepare's --val-fraction sets it)")
     from tinygpt.tokenizer import tokenizer_fingerprint
 
-    theirs = load_tokenizer(args.data, manifest)
+    theirs = load_shards_tokenizer(args.data, manifest)
     if tokenizer is not None and tokenizer_fingerprint(tokenizer) != tokenizer_fingerprint(
             theirs):
         same = (type(tokenizer), tokenizer.vocab_size) == (type(theirs), theirs.vocab_size)

@@ -4,7 +4,7 @@
 highway that the attention and MLP branches leave and rejoin. ``gpt_stack``: ``GPT(config)`` as a
 stack with the tensor shape between every two parts. ``parameter_share``: how the parameters
 divide among the parts. ``training_loop``: one optimizer step as a cycle. ``lr_schedule``: ``lr_at``
-over a run. ``data_parallel``: processes with replicas, DDP's gradient buckets, the all-reduce.
+over a run. ``data_parallel_step``: processes with replicas, DDP's gradient buckets, the all-reduce.
 Every shape and count is read from a module built from the config given (one forward pass, with
 hooks), the schedule from ``lr_at``, the buckets from torch's own bucketing function. Each returns
 a ``tinygpt.figures.drawing.Diagram``. It trains nothing and starts no process group.
@@ -249,7 +249,7 @@ def gradient_buckets(model: GPT, cap_mb: float = DDP_BUCKET_CAP_MB) -> list[int]
     return [sum(ready[i].nbytes for i in b) for b in buckets]
 
 
-def data_parallel(config: GPTConfig, train: TrainConfig, world_size: int = 2) -> Diagram:
+def data_parallel_step(config: GPTConfig, train: TrainConfig, world_size: int = 2) -> Diagram:
     """``world_size`` processes training ``GPT(config)`` on ``train.batch_size`` windows each:
     replicas, their gradients in DDP's buckets, the all-reduce that averages them, one step."""
     check_instance(config, GPTConfig, "config")

@@ -136,7 +136,7 @@ def _reusable(out: Path, name: str, fp: dict[str, Any]) -> dict[str, Any] | None
         for split in S.SPLITS:
             for entry in manifest["shards"][split]:
                 S.check_shard(out, entry, dtype)
-        S.load_tokenizer(out, manifest)
+        S.load_shards_tokenizer(out, manifest)
     except (S.ShardError, OSError):
         return None
     return manifest
@@ -232,7 +232,7 @@ def _encode_all(files: list, options: Options, workers: int, out: Path,
     import numpy as np
     from tqdm.auto import tqdm
 
-    tokenizer = S.load_tokenizer(out, state)
+    tokenizer = S.load_shards_tokenizer(out, state)
     dtype, eot, resume = np.dtype(state["dtype"]), state["eot"], state["resume"]
     split_fn = getattr(tokenizer, "pre_split", None)  # BPE's pre-split; None for characters
     buffers: dict[str, list[list[Any]]] = {s: [] for s in S.SPLITS}  # [part, offset, tokens]
