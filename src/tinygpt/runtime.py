@@ -13,21 +13,40 @@ It does not pick a number of threads or seed anything (the caller does).
 
 from __future__ import annotations
 
+import re
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
+from tinygpt.checks import ArgumentValueError
+
+DEVICES = "cpu, cuda, cuda:N, mps or auto"  # the devices tinygpt runs on
+
+
+def device_problem(name: str) -> str | None:
+    """What is wrong with running on device ``name`` on this machine, or None: a name tinygpt
+    does not know, CUDA or a CUDA index this machine lacks, or MPS where it is not available."""
+    if not (name in ("cpu", "cuda", "mps", "auto") or re.fullmatch(r"cuda:\d+", name)):
+        return f"not a device tinygpt runs on (it runs on {DEVICES})"
+    if name.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(name[5:] or 0) >= count:
+            have = f"{count} CUDA device(s), cuda:0..cuda:{count - 1}" if count else "no CUDA"
+            return f"was asked for, but this machine has {have}: it is not available here"
+    if name == "mps" and not torch.backends.mps.is_available():
+        return "was asked for, but Apple's Metal (MPS) backend is not available here"
+    return None
+
 
 def resolve_device(name: str) -> torch.device:
-    """The torch device for ``TrainConfig.device`` (``"auto"``: CUDA if available, else CPU)."""
+    """The torch device for ``TrainConfig.device`` (``"auto"``: CUDA if available, else CPU);
+    ``ArgumentValueError`` (a ValueError) if this machine cannot run on it."""
+    problem = device_problem(name)
+    if problem is not None:
+        raise ArgumentValueError(f"device {name!r} {problem}; use device='cpu' or 'auto'",
+                                 "device")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} was asked for, but CUDA is not available here; "
-                         "use device='cpu' or 'auto'")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("device 'mps' was asked for, but Apple's Metal (MPS) backend is not "
-                         "available here; use device='cpu' or 'auto'")
     return torch.device(name)
 
 

@@ -17,26 +17,17 @@ from pathlib import Path
 
 from tinygpt.checks import check_int
 
-DEVICES = "cpu, cuda, cuda:N, mps or auto"
 SEED_RANGE = (0, 2**63 - 1)  # torch takes 64-bit seeds; training adds 1 + rank to its seed
 MAX_GRAD_ACCUM = 1 << 16  # micro-batches per step: more is a mistake (a step would take ages)
 
 
 def check_device(name: str, flag: str = "--device") -> str:
     """``name`` if it is a device tinygpt supports and this machine has; else ValueError."""
-    import torch
+    from tinygpt.runtime import device_problem  # imports torch, which the CLI imports late
 
-    if not (name in ("cpu", "cuda", "mps", "auto") or re.fullmatch(r"cuda:\d+", name)):
-        raise ValueError(f"{flag} {name}: not a device tinygpt runs on; use {DEVICES}")
-    if name.startswith("cuda"):
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = int(name[5:] or 0)
-        if index >= count:
-            have = f"{count} CUDA device(s): cuda:0..cuda:{count - 1}" if count else "no CUDA"
-            raise ValueError(f"{flag} {name}: this machine has {have}; use cpu or auto")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"{flag} mps: Apple's Metal (MPS) backend is not available here; "
-                         "use cpu or auto")
+    problem = device_problem(name)
+    if problem is not None:
+        raise ValueError(f"{flag} {name}: {problem}; use cpu or auto")
     return name
 
 
