@@ -1,0 +1,124 @@
+"""Issue #35 item 11, the rest: many small shards in linear time (the progress file is no longer
+rewritten for every shard, and a resume stays exact), the re-run check, and clear messages."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+import tinygpt.prepare as prepare_run
+from tinygpt.prepare.documents import EOT, Options
+from tinygpt.shards import PROGRESS
+
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog;", "sun,", "moon"]
+TINY_SHARDS = Options(tokenizer="char", val_fraction=0.25, seed=3, shard_tokens=50)
+
+
+def make_corpus(folder: Path, files: int = 4, docs: int = 4, words: int = 120) -> Path:
+    rng = random.Random(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        texts = [" ".join(rng.choice(WORDS) for _ in range(words)) for _ in range(docs)]
+        (folder / f"doc{f}.txt").write_text(EOT.join(texts), encoding="utf-8")
+    return folder
+
+
+def folder_bytes(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def test_many_small_shards_do_not_rewrite_the_progress_file_for_each(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare_run.time, "monotonic", lambda: 0.0)  # a fast machine
+    saves = []
+    real = prepare_run.save_json
+    monkeypatch.setattr(prepare_run, "save_json",
+                        lambda out, name, m: saves.append(name) or real(out, name, m))
+    manifest = prepare_run.write_shards(make_corpus(tmp_path / "in"), tmp_path / "out",
+                                        TINY_SHARDS, workers=1)
+    shards = sum(len(v) for v in manifest["shards"].values())
+    assert shards > 150
+    # was one save a shard (quadratic bytes); now after 1, 2, 4, 8... shards
+    assert saves.count(PROGRESS) <= 12, (saves.count(PROGRESS), shards)
+
+
+@pytest.mark.parametrize("killed_after", [5, 37])
+def test_a_run_killed_between_progress_saves_resumes_exactly(tmp_path, monkeypatch, killed_after):
+    monkeypatch.setattr(prepare_run.time, "monotonic", lambda: 0.0)  # a fast machine
+    corpus = make_corpus(tmp_path / "in")
+    prepare_run.write_shards(corpus, tmp_path / "straight", TINY_SHARDS, workers=1)
+    real, calls = prepare_run._write_shard, []
+
+    def dies(out, name, tokens):
+        if len(calls) == killed_after:
+            raise KeyboardInterrupt
+        calls.append(name)
+        return real(out, name, tokens)
+
+    monkeypatch.setattr(prepare_run, "_write_shard", dies)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_run.write_shards(corpus, tmp_path / "killed", TINY_SHARDS, workers=1)
+    rewritten: list[str] = []
+    monkeypatch.setattr(prepare_run, "_write_shard",
+                        lambda out, name, tokens: rewritten.append(name) or real(out, name, tokens))
+    prepare_run.write_shards(corpus, tmp_path / "killed", TINY_SHARDS, workers=1)
+    assert set(calls) & set(rewritten) != set(calls)  # some finished shards were kept
+    assert folder_bytes(tmp_path / "killed") == folder_bytes(tmp_path / "straight")
+
+
+def test_an_input_changed_with_the_same_size_and_time_is_prepared_again(tmp_path):
+    import os
+
+    corpus, out = make_corpus(tmp_path / "in"), tmp_path / "out"
+    first = prepare_run.write_shards(corpus, out, TINY_SHARDS, workers=1)
+    path = corpus / "doc0.txt"
+    stat = path.stat()
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("fox", "cat"), encoding="utf-8")  # same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same time
+    assert path.stat().st_size == stat.st_size
+    with pytest.raises(ValueError, match="other inputs or options"):  # was: the old shards
+        prepare_run.write_shards(corpus, out, TINY_SHARDS, workers=1)
+    again = prepare_run.write_shards(corpus, out, TINY_SHARDS, workers=1, overwrite=True)
+    assert again["shards"] != first["shards"]
+
+
+TEXT = "".join(f"{w} the {v} was {n} and more zebra.\n" for w, v, n in zip(
+    ["first", "second", "third", "fourth", "fifth", "sixth"] * 5,
+    ["cat", "dog", "fox", "owl", "ant", "bee"] * 5, range(30), strict=False))
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+        "--batch-size", "2", "--max-iters", "5", "--eval-interval", "5", "--eval-iters", "1",
+        "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    from tinygpt.cli import main
+
+    folder = tmp_path_factory.mktemp("run")
+    (folder / "small.txt").write_text(TEXT, encoding="utf-8")
+    assert main(["train", "--data", str(folder / "small.txt"), "--out", str(folder / "out"),
+                 *TINY]) == 0
+    return folder / "out"
+
+
+def test_sample_warns_when_the_checkpoints_losses_say_the_run_diverged(capsys, trained,
+                                                                       tmp_path):
+    import shutil
+
+    from conftest import rewrite_manifest
+    from conftest import run_cli as run
+
+    code, _, err = run(capsys, "sample", "--out", trained, "--max-new-tokens", "5")
+    assert code == 0 and "diverged" not in err, err
+    diverged = tmp_path / "diverged"
+    shutil.copytree(trained, diverged)
+
+    def blow_up(meta):
+        meta["history"][-1].update(loss=2.9e9, val_loss=1.6e7, train_loss=1.6e7)
+
+    rewrite_manifest(diverged, blow_up)
+    code, _, err = run(capsys, "sample", "--out", diverged, "--max-new-tokens", "5")
+    assert code == 0
+    assert "tinygpt: warning:" in err and "diverged" in err and "2.9e+09" in err, err
