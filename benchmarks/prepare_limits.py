@@ -7,9 +7,9 @@
   run without spaces (about 230 bytes a character); runs are now cut every
   ``tinygpt.stream.LONGEST_RUN`` characters, so the ratios across sizes should be near 1.
 * ``shards``: seconds of ``write_shards`` (character tokenizer) with ``--shard-tokens`` small, at
-  two corpus sizes whose shard counts differ ``--shard-ratio`` times: before the fix the progress file
-  was rewritten whole for every shard (quadratic); the seconds per shard should now be about the
-  same at both sizes.
+  two corpus sizes whose shard counts differ ``--shard-ratio`` times: before the fix the progress
+  file was rewritten whole for every shard (quadratic); the seconds per shard should now be about
+  the same at both sizes.
 
 The record (``--out``, by default ``benchmarks/results/prepare_limits.json``) holds the command,
 the machine and its load. Ratios, not seconds, are what carry over between machines.

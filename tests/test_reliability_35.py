@@ -122,3 +122,103 @@ def test_sample_warns_when_the_checkpoints_losses_say_the_run_diverged(capsys, t
     code, _, err = run(capsys, "sample", "--out", diverged, "--max-new-tokens", "5")
     assert code == 0
     assert "tinygpt: warning:" in err and "diverged" in err and "2.9e+09" in err, err
+
+
+def test_a_shard_truncated_during_training_is_a_clear_error_not_sigbus(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    prepare_run.write_shards(make_corpus(tmp_path / "in"), out,
+                             Options(tokenizer="char", val_fraction=0.25, seed=3), workers=1)
+    script = f"""
+import os, sys, torch
+from tinygpt.shards import ShardError, TokenShards
+shards = TokenShards({str(out)!r}, "train")
+shards.get_batch(4, 8)
+os.truncate({str(out / "train_000000.bin")!r}, 2)  # another program truncates it
+try:
+    for _ in range(50):
+        shards.get_batch(4, 8, torch.Generator().manual_seed(_))
+except ShardError as err:
+    print(err)
+    sys.exit(3)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=False, timeout=120)
+    assert run.returncode == 3, (run.returncode, run.stderr[-500:])  # was -7: SIGBUS
+    assert "truncated to 2 bytes while in use" in run.stdout
+    assert "train_000000.bin" in run.stdout
+
+
+def test_a_full_disk_names_the_file_and_says_what_to_do(capsys, tmp_path, monkeypatch):
+    import errno
+
+    import tinygpt.data
+    from conftest import run_cli as run
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tinygpt.data.os, "fsync", full)
+    corpus = make_corpus(tmp_path / "in")
+    code, _, err = run(capsys, "prepare", corpus, "--out", tmp_path / "out", "--tokenizer",
+                       "char", "--workers", "1", "--quiet")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "[Errno 28]" not in err  # was: tinygpt: error: [Errno 28] No space left on device
+    assert "the disk is full while writing" in err and str(tmp_path / "out") in err
+    assert "free some space" in err
+
+
+def test_a_special_token_with_an_id_that_is_not_an_integer_says_so(tmp_path):
+    import json
+
+    from tinygpt.tokenizer import BPETokenizer
+
+    tok = BPETokenizer.train("hello world " * 20, 300, special_tokens=["<|endoftext|>"])
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    model = json.loads(path.read_text())
+    eot = model["special_tokens"]["<|endoftext|>"]
+    for bad in (str(eot), float(eot)):
+        model["special_tokens"]["<|endoftext|>"] = bad
+        path.write_text(json.dumps(model))
+        with pytest.raises(ValueError) as caught:
+            BPETokenizer.load(path)
+        message = str(caught.value)
+        assert f"must have id {eot}, got {bad}" not in message  # was "id 266, got 266"
+        assert f"has the id {bad!r}, a {type(bad).__name__}" in message, message
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_prepare_of_a_device_or_fifo_says_what_it_is_not_no_such_file(capsys, tmp_path, kind):
+    import os
+
+    from conftest import run_cli as run
+
+    path = Path("/dev/zero")
+    if kind == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    code, _, err = run(capsys, "prepare", path, "--out", tmp_path / "out", "--quiet")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "no such file" not in err  # was: "/dev/zero: no such file, no file in that folder..."
+    assert ("a character device" if kind == "device" else "a FIFO") in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("betas", [[2, 0.9], "ab", [0.9], None])
+def test_a_checkpoint_with_bad_betas_is_refused_in_one_line(capsys, trained, tmp_path, betas):
+    import shutil
+
+    from conftest import rewrite_manifest
+    from conftest import run_cli as run
+
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    rewrite_manifest(out, lambda m: m["optimizer"]["param_groups"][0].update(betas=betas))
+    code, _, err = run(capsys, "train", "--data", trained.parent / "small.txt", "--out", out,
+                       *TINY, "--resume", "--max-iters", "8")
+    assert code == 2 and err.count("\n") == 1, err  # was: torch's kernel signatures, or rc 0
+    assert "the optimizer's betas must be two numbers in [0, 1)" in err, err
+    assert "checkpoint.json" in err

@@ -72,8 +72,13 @@ def check_vocabulary(tokens: list[bytes], merges: list[tuple[int, int]],
                 and tokens[256 + i] == tokens[a] + tokens[b]):
             raise ValueError(f"merge {i} ({a}, {b}) does not make token {256 + i}")
     for j, (name, idx) in enumerate(special_tokens.items()):
+        if not isinstance(name, str) or type(idx) is not int:
+            raise ValueError(f"special token {name!r} has the id {idx!r}, a "
+                             f"{type(idx).__name__}: special tokens must be strings with "
+                             f"integer ids (this one should be {n + j})")
         if idx != n + j:
-            raise ValueError(f"special token {name!r} must have id {n + j}, got {idx}")
+            raise ValueError(f"special token {name!r} must have id {n + j} (the ids after the "
+                             f"{n} bytes and merges, in order), got {idx}")
         if tokens[idx] != name.encode("utf-8"):
             raise ValueError(f"token {idx}, special token {name!r}, must be the bytes of "
                              f"its name, got {tokens[idx]!r}")
