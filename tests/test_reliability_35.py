@@ -154,8 +154,9 @@ except ShardError as err:
 def test_a_full_disk_names_the_file_and_says_what_to_do(capsys, tmp_path, monkeypatch):
     import errno
 
-    import tinygpt.data
     from conftest import run_cli as run
+
+    import tinygpt.data
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -222,3 +223,99 @@ def test_a_checkpoint_with_bad_betas_is_refused_in_one_line(capsys, trained, tmp
     assert code == 2 and err.count("\n") == 1, err  # was: torch's kernel signatures, or rc 0
     assert "the optimizer's betas must be two numbers in [0, 1)" in err, err
     assert "checkpoint.json" in err
+
+
+def test_bfloat16_autocast_with_qk_norm_gives_no_torch_warning():
+    import warnings
+
+    import torch
+
+    from tinygpt.config import GPTConfig
+    from tinygpt.model import GPT
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=1, n_head=2, n_embd=16,
+                          qk_norm=True))
+    idx = torch.randint(32, (2, 8))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _, loss = model(idx, idx)
+        loss.backward()
+    assert not [str(w.message) for w in caught], [str(w.message) for w in caught]
+    assert torch.isfinite(loss)
+
+
+# --- the ladder's cache: entries that are FIFOs, folders or hostile NaN losses ------------------
+
+@pytest.fixture
+def ladder_corpus(monkeypatch, tmp_path):
+    """test_ladder's small corpus in place of the book's, and a private cache."""
+    import torch
+    from test_ladder import small_text
+
+    from tinygpt.book import trained_model
+    from tinygpt.tokenizer import CharTokenizer
+
+    monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path))
+    text = small_text()
+    tok = CharTokenizer.from_text(text)
+    ids = torch.tensor(tok.encode(text))
+    split = len(ids) * 9 // 10
+    monkeypatch.setattr(trained_model, "book_data", lambda corpus="shakespeare": (
+        tok, ids[:split], ids[split:]))
+    return tok
+
+
+def rung_loss_within(key: str, seconds: float = 60) -> float:
+    """``ladder.rung_loss(key)``, failing (not hanging the suite) if it blocks."""
+    import threading
+
+    from tinygpt.book import ladder
+
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(ladder.rung_loss(key)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"rung_loss({key!r}) blocked"
+    assert result, "rung_loss raised"
+    return result[0]
+
+
+def test_a_ladder_cache_entry_that_is_a_fifo_does_not_block(ladder_corpus):
+    import math
+    import os
+
+    from tinygpt.book import ladder
+
+    path = ladder._path("uniform")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    with pytest.warns(UserWarning, match="not a regular file"):
+        loss = rung_loss_within("uniform")  # was: blocked for ever opening the FIFO
+    assert loss == pytest.approx(math.log(ladder_corpus.vocab_size))
+
+
+def test_a_ladder_cache_entry_that_is_a_folder_does_not_raise(ladder_corpus):
+    import math
+
+    from tinygpt.book import ladder
+
+    path = ladder._path("uniform")
+    path.mkdir(parents=True)
+    with pytest.warns(UserWarning, match="cannot cache"):
+        loss = ladder.rung_loss("uniform")  # was: IsADirectoryError
+    assert loss == pytest.approx(math.log(ladder_corpus.vocab_size))
+    assert path.is_dir()  # left alone
+
+
+@pytest.mark.parametrize("hostile", [float("nan"), float("inf"), -1.0])
+def test_a_ladder_cache_entry_with_a_hostile_loss_is_computed_again(ladder_corpus, hostile):
+    import math
+
+    from tinygpt.book import ladder, results_cache
+
+    results_cache.write_json(ladder._path("uniform"), {"rung": "uniform", "loss": hostile})
+    with pytest.warns(UserWarning, match="is not a loss"):
+        loss = ladder.rung_loss("uniform")  # was: nan returned
+    assert loss == pytest.approx(math.log(ladder_corpus.vocab_size))
