@@ -11,8 +11,9 @@
   file was rewritten whole for every shard (quadratic); the seconds per shard should now be about
   the same at both sizes.
 
-The record (``--out``, by default ``benchmarks/results/prepare_limits.json``) holds the command,
-the machine and its load. Ratios, not seconds, are what carry over between machines.
+The record is printed, and written to ``--out`` only when given (the committed one,
+``benchmarks/results/prepare_limits.json``, holds a run before and after the fix); it holds the
+command, the machine and its load. Ratios, not seconds, are what carry over between machines.
 
 Usage: nice -n 10 python benchmarks/prepare_limits.py [--sizes 1 2 4] [--gpt2] [--shards 300]
        [--shard-ratio 8] [--skip-memory] [--skip-shards] [--out RESULT.json]
@@ -91,8 +92,7 @@ def main() -> None:
     parser.add_argument("--shard-tokens", type=int, default=1000)
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-shards", action="store_true")
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).parent / "results" / "prepare_limits.json")
+    parser.add_argument("--out", type=Path, help="write the record there too")
     args = parser.parse_args()
     import tinygpt.stream
 
@@ -136,8 +136,9 @@ def main() -> None:
             rows[1]["time_ratio"] = round(rows[1]["seconds"] / rows[0]["seconds"], 2)
             record["shards"] = rows
     record["load_after"] = round(os.getloadavg()[0], 2)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record, indent=1))
 
 
