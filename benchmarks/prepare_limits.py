@@ -47,13 +47,16 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, seconds,
 
 
 def make_input(path: Path, kind: str, megabytes: float) -> None:
+    """Write the input in blocks of 1 MB: a child's ``ru_maxrss`` starts from this process's
+    peak (Linux keeps it across ``fork`` and ``exec``), so this process must stay small."""
     n = int(megabytes * 1e6)
-    if kind == "repeat":
-        path.write_text("a" * n)
-    elif kind == "nospace":
+    if kind in ("repeat", "nospace"):
         rng = random.Random(0)
         alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.,;:-'!?()"
-        path.write_text("".join(rng.choices(alphabet, k=n)))
+        with open(path, "w", encoding="utf-8") as f:
+            for start in range(0, n, 1 << 20):
+                size = min(1 << 20, n - start)
+                f.write("a" * size if kind == "repeat" else "".join(rng.choices(alphabet, k=size)))
     else:  # ordinary text for the shard count: sentences with spaces and line breaks
         rng = random.Random(0)
         words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and"]
