@@ -102,3 +102,28 @@ def test_ordinary_text_is_not_cut():
     assert stream.run_cuts(text) == []
     assert stream.run_cuts("a" * stream.LONGEST_RUN) == []
     assert stream.run_cuts("a" * (stream.LONGEST_RUN + 1)) == [stream.LONGEST_RUN]
+
+
+def naive_run_cuts(text: str, limit: int) -> list[int]:
+    """Llama 3's ``_split_whitespaces_or_nonwhitespaces``, with the patterns' ``\\s``."""
+    import regex
+
+    space = [regex.match(r"\s", c) is not None for c in text]
+    cuts, length = [], 0
+    for i in range(len(text)):
+        same = i > 0 and space[i] == space[i - 1]
+        length = length + 1 if same else 1
+        if length > limit:
+            cuts.append(i)
+            length = 1
+    return cuts
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 4, 7, 10])
+def test_run_cuts_are_llama_3s_cuts(monkeypatch, limit):
+    monkeypatch.setattr(stream, "LONGEST_RUN", limit, raising=False)
+    rng = random.Random(limit)
+    for _ in range(400):
+        text = random_text(rng) + "".join(rng.choice("a \n\x1c") * rng.randint(0, 30)
+                                          for _ in range(rng.randint(0, 3)))
+        assert stream.run_cuts(text) == naive_run_cuts(text, limit), text
