@@ -167,8 +167,10 @@ class CausalSelfAttention(nn.Module):
         """Queries and keys ``(B, H, T, d_k)`` as attention compares them: QK-normed (unit RMS, so
         the scores stay within about ``sqrt(d_k)`` times the gains), then rotated to positions
         ``past .. past + T - 1`` (RoPE). GPT-2's attention uses neither: ``q, k`` unchanged."""
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
+        if self.qk_norm:  # in the norms' dtype: bf16 autocast gives q, k in bf16, the gains are
+            # float32, and torch would warn at every step that it cannot fuse the two
+            q = self.q_norm(q.to(self.q_norm.weight.dtype))
+            k = self.k_norm(k.to(self.k_norm.weight.dtype))
         if self.rope is not None:
             q, k = self.rope(q, past), self.rope(k, past)
         return q, k

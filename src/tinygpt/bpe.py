@@ -21,6 +21,7 @@ import regex
 from tqdm.auto import tqdm
 
 from tinygpt.checks import check_int
+from tinygpt.stream import run_pieces
 
 Pair = tuple[int, int]
 
@@ -59,13 +60,18 @@ def resolve_pattern(pattern: str | None) -> str | None:
 
 def split_text(text: str, pattern: str | None = "gpt4") -> list[str]:
     """Split ``text`` into the chunks BPE works on (merges never cross them) with ``pattern``,
-    a name from :data:`PATTERNS`, a regex, or None (one chunk)."""
+    a name from :data:`PATTERNS`, a regex, or None (one chunk). A run of whitespace, or of other
+    characters, longer than :data:`tinygpt.stream.LONGEST_RUN` is first cut every that many
+    characters (``tinygpt.stream.run_cuts``), and each piece split on its own: ordinary text has
+    no such run, and memory stays bounded on text without spaces."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, not {type(text).__name__}")
     rx = resolve_pattern(pattern)
+    if not text:
+        return []
     if rx is None:
-        return [text] if text else []
-    return regex.findall(rx, text)
+        return run_pieces(text)
+    return [chunk for piece in run_pieces(text) for chunk in regex.findall(rx, piece)]
 
 
 def check_covered(chunks: list[str], text: str, pattern: str | None) -> list[str]:

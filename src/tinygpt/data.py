@@ -199,8 +199,10 @@ def write_atomically(data: bytes | memoryview, target: Path) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.filename is None:  # f.write names no file
+            err.filename = str(target)
         raise
     return target
 

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # numpy and torch are imported when used: the command line im
     from torch import Tensor
 
 MANIFEST = "shards.json"
-PROGRESS = ".shards-progress.json"  # the manifest of an unfinished run, updated per shard
+PROGRESS = ".shards-progress.json"  # the manifest of an unfinished run (ProgressSaver)
 TOKENIZER_FILE = "tokenizer.json"
 FORMAT, VERSION = "tinygpt-shards", 1
 SPLITS = ("train", "val")
@@ -253,12 +254,31 @@ class TokenShards:
         entries = manifest["shards"][split]
         # np.memmap maps the file: pages are read when a window touches them, never all at once
         self.arrays = []
+        self._files: list[tuple[str, int, int]] = []  # (path, inode, bytes) of each mapped shard
         for e in entries:
             with open_shard(self.folder, e, self.dtype, checksum,  # the file checked
                             self.vocab_size if checksum or split == "val" else None) as f:
                 self.arrays.append(np.memmap(f, dtype=self.dtype, mode="r") if e["tokens"]
                                    else np.zeros(0, self.dtype))
+                self._files.append((str(self.folder / e["file"]), os.fstat(f.fileno()).st_ino,
+                                    e["tokens"] * self.dtype.itemsize))
         self.split = split
+
+    def _check_unchanged(self, shards: Iterable[int]) -> None:
+        """ShardError if one of these mapped shards was truncated since it was opened: reading
+        past the end of a mapped file kills the process with SIGBUS, without a word."""
+        for k in shards:
+            path, inode, want = self._files[k]
+            try:
+                st = os.stat(path)
+            except OSError as err:
+                raise ShardError(f"{path}: a shard in use was removed ({err.strerror}): the "
+                                 "shards changed during training; run tinygpt prepare again "
+                                 "into a new folder, then resume") from None
+            if st.st_ino == inode and st.st_size < want:  # replaced by a new file: still mapped
+                raise ShardError(f"{path}: truncated to {st.st_size} bytes while in use (the "
+                                 f"manifest says {want}): the shards changed during training; "
+                                 "run tinygpt prepare again into a new folder, then resume")
 
     def __len__(self) -> int:
         return sum(len(a) for a in self.arrays)
@@ -293,6 +313,7 @@ class TokenShards:
         ix = torch.randint(int(ends[-1]), (batch_size,), generator=generator).numpy()  # (B,)
         which = np.searchsorted(ends, ix, side="right")  # (B,) the shard of each window
         offsets = ix - (ends[which] - counts[which])  # (B,) the start within that shard
+        self._check_unchanged(set(which.tolist()))
         pairs = zip(which, offsets, strict=True)
         windows = np.stack([self.arrays[k][o:o + T + 1] for k, o in pairs])  # (B, T+1)
         batch = torch.from_numpy(windows.astype(np.int64))  # (B, T+1)

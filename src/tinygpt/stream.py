@@ -7,7 +7,9 @@ boundary whatever text follows. ``ready_prefix`` finds such a cut in a buffer: b
 the end of a run of one kind of character, so a boundary followed by two whole chunks is
 settled), where the text before the cut, split on its own, gives the same chunks.
 ``StreamEncoding`` gives ``BPETokenizer`` its ``encode_iterable``. Memory is bounded by
-``MIN_CHARS``, the longest part and the longest chunk, never by the whole text.
+``MIN_CHARS``, the longest part and the longest chunk, never by the whole text. Runs longer than
+``LONGEST_RUN`` characters are cut (``run_cuts``) before anything else, so no chunk of GPT-2's or
+GPT-4's pattern is longer than ``2 * LONGEST_RUN + 1`` characters, and such cuts are settled.
 
 GPT-2's and GPT-4's patterns also allow cuts found without the pattern, by looking at the two
 characters around them, because a match depends on no text before it and no chunk runs from a
@@ -24,6 +26,7 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator
+from itertools import pairwise
 
 import regex
 
@@ -31,6 +34,12 @@ HOLD = 2  # chunks kept back at the end of the buffer: what follows may still ch
 MIN_CHARS = 1 << 16  # characters gathered before a cut is looked for
 WORDS_KEPT = 200_000  # distinct words a WordCache remembers before it is emptied
 LONGEST_WORD = 256  # characters of the longest word a WordCache remembers
+#: Runs of whitespace, or of other characters, longer than this are cut every ``LONGEST_RUN``
+#: characters from the run's start, and the pieces encoded (and counted for training) on their
+#: own, as Llama 3's tokenizer does (its ``MAX_NO_WHITESPACES_CHARS``, 25,000): memory then does
+#: not grow with a text without spaces (DNA, base64, one character repeated). Text with no such
+#: run, all ordinary text, is not affected.
+LONGEST_RUN = 25_000
 UINT32 = next(code for code in "IL" if array(code).itemsize == 4)  # array's unsigned 32 bits
 
 _SPACE_CUT = regex.compile(r"(?<=\S) ")  # a space after a non-space character
@@ -43,6 +52,53 @@ _WORDS: dict[str, re.Pattern[str] | regex.Pattern[str]] = {  # by the pattern's 
     "gpt2": re.compile(rf"{_WS}*{_NON_WS}+|{_WS}+"),
     "gpt4": regex.compile(r"\s*(?:\S*?[^\s\p{L}\p{N}][\r\n]+|\S+)|\s+"),
 }
+
+
+_RUNS: dict[int, regex.Pattern[str]] = {}
+
+
+_NON_SPACE_BLOCK, _SPACE_BLOCK = regex.compile(r"\S+"), regex.compile(r"\s+")
+
+
+def run_cuts(text: str) -> list[int]:
+    """Where ``text`` is cut because of a long run: every ``LONGEST_RUN`` characters from the start
+    of each run of whitespace (``\\s``), or of other characters, longer than that. A cut depends
+    only on the text before it, so the text on either side of a cut is encoded on its own.
+
+    Searching the whole text with the run pattern would try a match at every position (12 MB/s);
+    instead only blocks of ``LONGEST_RUN // 2`` characters, aligned, are tried (a run that long
+    covers one whole), and the pattern is searched from the block before one that is a run."""
+    limit = LONGEST_RUN
+    n = len(text)
+    if n <= limit:
+        return []
+    rx = _RUNS.get(limit)
+    if rx is None:
+        rx = _RUNS[limit] = regex.compile(rf"\s{{{limit + 1},}}+|\S{{{limit + 1},}}+")
+    step = max(1, limit // 2)
+    cuts: list[int] = []
+    done = 0  # the text before it has been searched
+    for start in range(0, n - step + 1, step):
+        if start + step <= done or not (_NON_SPACE_BLOCK.fullmatch(text, start, start + step)
+                                        or _SPACE_BLOCK.fullmatch(text, start, start + step)):
+            continue
+        # the run holding this block starts after the previous block, which is not all one run
+        # (else it would have been found from there), or where the last long run ended
+        found = rx.search(text, max(done, start - step))
+        if found is None or found.start() > start:
+            continue  # a block of one run that is not longer than the limit
+        cuts += range(found.start() + limit, found.end(), limit)
+        done = found.end()
+    return cuts
+
+
+def run_pieces(text: str) -> list[str]:
+    """``text`` cut at its ``run_cuts`` (``[text]`` when it has none)."""
+    cuts = run_cuts(text)
+    if not cuts:
+        return [text]
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in pairwise(bounds)]
 
 
 def split_at_spaces(text: str) -> list[str]:
@@ -89,7 +145,10 @@ class WordCache(dict):
         return ids
 
     def encode(self, text: str) -> array:
-        return array(UINT32, b"".join(map(self.__getitem__, self.words(text))))
+        """The ids of ``text``, each of its ``run_pieces`` on its own."""
+        get = self.__getitem__
+        return array(UINT32, b"".join([b"".join(map(get, self.words(piece)))
+                                       for piece in run_pieces(text)]))
 
 
 def ready_prefix(buffer: str, split: Callable[[str], list[str]]) -> int:
@@ -109,8 +168,25 @@ def ready_prefix(buffer: str, split: Callable[[str], list[str]]) -> int:
 
 def settled_cut(buffer: str, split: Callable[[str], list[str]]) -> int:
     """A settled cut of ``buffer`` for GPT-2's or GPT-4's pattern (``split``): the last space
-    after a non-space character, found without splitting, or else ``ready_prefix``'s."""
-    return word_cut(buffer) or ready_prefix(buffer, split)
+    after a non-space character, found without splitting, or else the last ``run_cuts``, or else
+    ``ready_prefix``'s if it is not inside the buffer's last run (which may yet grow past
+    ``LONGEST_RUN``: a cut inside it would move the run's cuts). ``buffer`` must start where
+    the text may be cut."""
+    cut = word_cut(buffer)
+    if cut:
+        return cut
+    cuts = run_cuts(buffer)
+    if cuts:
+        return cuts[-1]
+    cut = ready_prefix(buffer, split)
+    if cut and buffer:
+        space = _SPACE.match(buffer, len(buffer) - 1) is not None
+        last_run = len(buffer)
+        while last_run > 0 and (_SPACE.match(buffer, last_run - 1) is not None) == space:
+            last_run -= 1
+        if cut > last_run:
+            return 0
+    return cut
 
 
 def ready_texts(texts: Iterable[str], split: Callable[[str], list[str]],

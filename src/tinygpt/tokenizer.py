@@ -32,7 +32,7 @@ from tinygpt.checks import (
     check_int,
     check_text,
 )
-from tinygpt.stream import UINT32, StreamEncoding, WordCache
+from tinygpt.stream import UINT32, StreamEncoding, WordCache, run_pieces
 
 
 def _check_chars(chars: Sequence[str]) -> list[str]:
@@ -72,8 +72,13 @@ def check_vocabulary(tokens: list[bytes], merges: list[tuple[int, int]],
                 and tokens[256 + i] == tokens[a] + tokens[b]):
             raise ValueError(f"merge {i} ({a}, {b}) does not make token {256 + i}")
     for j, (name, idx) in enumerate(special_tokens.items()):
+        if not isinstance(name, str) or type(idx) is not int:
+            raise ValueError(f"special token {name!r} has the id {idx!r}, a "
+                             f"{type(idx).__name__}: special tokens must be strings with "
+                             f"integer ids (this one should be {n + j})")
         if idx != n + j:
-            raise ValueError(f"special token {name!r} must have id {n + j}, got {idx}")
+            raise ValueError(f"special token {name!r} must have id {n + j} (the ids after the "
+                             f"{n} bytes and merges, in order), got {idx}")
         if tokens[idx] != name.encode("utf-8"):
             raise ValueError(f"token {idx}, special token {name!r}, must be the bytes of "
                              f"its name, got {tokens[idx]!r}")
@@ -231,7 +236,10 @@ class BPETokenizer(StreamEncoding):
                 f"special_tokens={self.special_tokens})")
 
     def encode_ordinary(self, text: str) -> list[int]:
-        """Encode ``text`` with no special-token handling (a special token is plain text)."""
+        """Encode ``text`` with no special-token handling (a special token is plain text). A run
+        of whitespace, or of other characters, longer than ``tinygpt.stream.LONGEST_RUN``
+        (25,000) is cut every that many characters and the pieces encoded on their own, as Llama
+        3 does: only there can the ids differ from tiktoken's, and memory stays bounded."""
         return self.encode_array(text).tolist()
 
     def encode_array(self, text: str) -> array:
@@ -243,9 +251,12 @@ class BPETokenizer(StreamEncoding):
         return array(UINT32, self._encode_chunks(text))
 
     def _encode_chunks(self, text: str) -> list[int]:
-        chunks = self.pre_split(text) if self.pre_split else ([text] if text else [])
-        if not self._covers:
-            check_covered(chunks, text, self.pattern)
+        chunks: list[str] = []
+        for piece in run_pieces(text) if text else []:  # long runs cut (tinygpt.stream)
+            found = self.pre_split(piece) if self.pre_split else [piece]
+            if not self._covers:
+                check_covered(found, piece, self.pattern)
+            chunks += found
         cache, ranks, out = self._cache, self._ranks, []
         for chunk in chunks:
             ids = cache.get(chunk)

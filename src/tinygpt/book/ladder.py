@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -204,8 +205,12 @@ def rung_loss(key: str) -> float:
         return _compute(key)
     path = _path(key)
     found = results_cache.read_json(path)  # None if missing or corrupt
-    if isinstance(found, dict) and found.get("rung") == key and type(found.get("loss")) is float:
-        return found["loss"]
+    loss = found.get("loss") if isinstance(found, dict) and found.get("rung") == key else None
+    if type(loss) is float and math.isfinite(loss) and loss >= 0:  # NaN, inf: not a loss
+        return loss
+    if found is not None:
+        warnings.warn(f"ignoring the cache entry {path}: {loss!r} is not a loss; computing it "
+                      "again", stacklevel=2)
     loss = _compute(key)
     if key not in TRAINED:  # train_rung has written its entry
         results_cache.write_json(path, {"rung": key, "loss": loss})

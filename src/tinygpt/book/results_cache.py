@@ -15,10 +15,13 @@ the SHA-256 of its content: a corrupt entry is reported and computed again, neve
 from __future__ import annotations
 
 import ast
+import errno
 import functools
 import hashlib
 import importlib.metadata
 import json
+import os
+import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -129,7 +132,7 @@ def read_json(path: Path) -> Any | None:
     """The content of the cache entry ``path``, or ``None`` if there is none or it is corrupt
     (a warning then says so, and the caller computes the result again)."""
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = json.loads(_read_regular(Path(path)).decode("utf-8"))
         if raw["sha256"] != _checksum(raw["content"]):
             raise ValueError("its checksum does not match its content")
         return raw["content"]
@@ -142,7 +145,33 @@ def read_json(path: Path) -> Any | None:
         return None
 
 
+MAX_ENTRY = 1 << 26  # bytes: a larger cache entry is not one of ours
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``MAX_ENTRY`` bytes; a FIFO is
+    opened without blocking and refused, as are a folder and a device (ValueError)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file (a folder, FIFO or device)")
+        if info.st_size > MAX_ENTRY:
+            raise ValueError(f"{info.st_size} bytes, more than a cache entry holds")
+        return f.read(MAX_ENTRY + 1)
+
+
 def write_json(path: Path, content: Any) -> Path:
-    """Write ``content`` (JSON-able) with its checksum to ``path`` atomically."""
+    """Write ``content`` (JSON-able) with its checksum to ``path`` atomically. Where that cannot
+    be done (a folder in its place, a read-only or full disk) a warning says so and the result
+    is not cached: the caller has it, and the next run computes it again."""
     raw = {"sha256": _checksum(content), "content": content}
-    return data.write_atomically(json.dumps(raw, indent=1).encode("utf-8"), Path(path))
+    path = Path(path)
+    try:
+        if path.is_dir() and not path.is_symlink():
+            raise IsADirectoryError(errno.EISDIR, "a folder is in its place", str(path))
+        return data.write_atomically(json.dumps(raw, indent=1).encode("utf-8"), path)
+    except OSError as err:
+        warnings.warn(f"cannot cache the result in {path} ({err.strerror or err}); it will be "
+                      "computed again next time", stacklevel=2)
+        return path

@@ -262,8 +262,32 @@ def _optimizer_state(raw: dict[str, Any] | None, tensors: dict[str, Tensor],
         idx, name = key.split(".", 1)
         state.setdefault(int(idx), {})[name] = value
     groups = [{**g, "betas": tuple(g["betas"])} if "betas" in g else dict(g)
-              for g in raw["param_groups"]]
+              for g in map(_checked_group, raw["param_groups"], [where] * len(raw["param_groups"]))]
     return {"state": state, "param_groups": groups}
+
+
+def _checked_group(group: Any, where: Path) -> dict[str, Any]:
+    """An optimizer's parameter group from ``where``, once its settings are numbers torch takes:
+    else torch fails later, printing its kernels' signatures, or trains with betas of 2."""
+    import math
+
+    def number(value: Any) -> bool:
+        return type(value) in (int, float) and math.isfinite(value)
+
+    if not isinstance(group, dict):
+        raise CheckpointError(f"{where}: an optimizer parameter group is not an object")
+    betas = group.get("betas", (0.0, 0.0))
+    if (not isinstance(betas, (list, tuple)) or len(betas) != 2
+            or not all(number(b) and 0 <= b < 1 for b in betas)):
+        raise CheckpointError(f"{where}: the optimizer's betas must be two numbers in [0, 1), "
+                              f"got {betas!r}: altered; resume from another checkpoint or "
+                              "train anew")
+    for key in ("lr", "eps", "weight_decay", "adam_eps", "momentum"):
+        if key in group and not (number(group[key]) and group[key] >= 0):
+            raise CheckpointError(f"{where}: the optimizer's {key} must be a finite number >= 0, "
+                                  f"got {group[key]!r}: altered; resume from another checkpoint "
+                                  "or train anew")
+    return group
 
 
 def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:

@@ -66,10 +66,15 @@ def user_entries(folder: Path) -> list[str]:
 
 def write_synced(path: Path, data: bytes) -> None:
     """Create ``path`` (it must not exist) holding ``data``, flushed to the disk."""
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:  # f.write names no file: name it (a full disk, say)
+        if err.filename is None:
+            err.filename = str(path)
+        raise
 
 
 def fsync_dir(path: Path) -> None:

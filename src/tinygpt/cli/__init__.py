@@ -137,6 +137,20 @@ def main(argv: list[str] | None = None) -> int:
         return preflight.quiet_broken_pipe()
 
 
+def disk_full(err: BaseException) -> str | None:
+    """The message for a full disk (or quota), naming the file, instead of a bare
+    ``[Errno 28] No space left on device``; None for any other error."""
+    import errno
+
+    if not isinstance(err, OSError) or err.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    what = "the disk is full" if err.errno == errno.ENOSPC else "the disk quota is exceeded"
+    where = f" while writing {err.filename}" if err.filename else ""
+    return (f"{what}{where}; the file was not written (what was written before is kept): free "
+            "some space, or write to a folder on another disk (--out), then run the command "
+            "again")
+
+
 def parse_and_run(argv: list[str]) -> int:
     """``main`` without its handling of Ctrl-C and of a closed stdout."""
     parser = build_parser()
@@ -155,7 +169,7 @@ def parse_and_run(argv: list[str]) -> int:
     except BrokenPipeError:
         raise
     except (ValueError, TypeError, OSError) as err:  # CheckpointError, DataNotFoundError...
-        message = name_options(err, GPTConfig, TrainConfig)
+        message = disk_full(err) or name_options(err, GPTConfig, TrainConfig)
         print(f"tinygpt: error: {message}", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as err:  # past the estimates of tinygpt.cli.preflight

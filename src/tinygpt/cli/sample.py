@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 
 from tinygpt.cli import preflight
 
@@ -35,6 +36,25 @@ def run_sample(args: argparse.Namespace, argv: list[str]) -> int:
         raise ValueError(f"{err} (option {SAMPLING_OPTIONS[field]})") from None
 
 
+def divergence(history: list, vocab_size: int) -> str | None:
+    """A warning if the run's last recorded loss says it diverged, else None: not finite, or more
+    than twice the loss of guessing uniformly among ``vocab_size`` tokens (ln V), which the
+    untrained model starts near. Such a checkpoint samples noise (``kkkk...``)."""
+    import math
+
+    losses = [(r.get("step"), float(r[k])) for r in history if isinstance(r, dict)
+              for k in ("val_loss", "loss") if isinstance(r.get(k), (int, float))]
+    if not losses or not isinstance(vocab_size, int) or vocab_size < 2:
+        return None
+    step, last = losses[-1]
+    limit = 2 * math.log(vocab_size)
+    if math.isfinite(last) and last <= limit:
+        return None
+    return (f"the run diverged: its last recorded loss is {last:.3g} (step {step}), above "
+            f"{limit:.2f}, twice that of guessing among {vocab_size} tokens; the samples below "
+            "are noise. Train again with a lower --lr or more --warmup-iters")
+
+
 def sample_and_print(args: argparse.Namespace) -> int:
     """Load the checkpoint in ``--out``, encode the prompt, generate and print the samples."""
     import torch
@@ -46,6 +66,9 @@ def sample_and_print(args: argparse.Namespace) -> int:
     preflight.check_sample_args(args)  # seed, device and sizes
     check_sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     ckpt = load_checkpoint(args.out)
+    warning = divergence(ckpt.history, getattr(ckpt.model_config, "vocab_size", 0))
+    if warning:
+        print(f"tinygpt: warning: {args.out}: {warning}", file=sys.stderr)
     tokenizer = ckpt.tokenizer
     if tokenizer is None:
         raise ValueError(f"the checkpoint in {args.out} holds no tokenizer to encode a prompt")

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -61,10 +62,21 @@ def tokenizer_entry(tokenizer: SavedTokenizer, out: Path) -> dict[str, Any]:
 
 def fingerprint(files: list[tuple[str, Path]], options: Options) -> dict[str, Any]:
     """What a re-run must find unchanged to reuse a run's shards: options, files' sizes and
-    modification times."""
+    modification times, and their SHA-256: a file rewritten with the same size and its time
+    set back (``touch -r``, ``rsync -t``, a restored backup) is not taken for the same. Hashing
+    reads the inputs once more, far faster than encoding them."""
     stats = [(name, p.stat()) for name, p in files]
     return {"options": asdict(options),
-            "inputs": [[n, s.st_size, s.st_mtime_ns] for n, s in stats]}
+            "inputs": [[n, s.st_size, s.st_mtime_ns] for n, s in stats],
+            "sha256": [_file_sha256(p) for _, p in files]}
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def save_json(out: Path, name: str, manifest: dict[str, Any]) -> None:
@@ -226,6 +238,34 @@ def _start(files: list, options: Options, workers: int, out: Path,
     return state
 
 
+class ProgressSaver:
+    """Saves the progress manifest after a shard is written, but not after every one: the file
+    lists every shard, so saving it each time made many small shards quadratic (4,914 shards:
+    128 s against 5.4 s for 309). It is saved when the shards written since the last save are
+    as many as those it held then (after 1, 2, 4, 8... shards: the bytes written stay linear in
+    the shards), or when ``SAVE_SECONDS`` have passed and at least 20 times the last save's
+    time. A killed run redoes at most the shards written since the last save, and rewrites them
+    to the same bytes: a resume is as exact as before."""
+
+    SAVE_SECONDS = 1.0
+
+    def __init__(self, out: Path, state: dict[str, Any]) -> None:
+        self.out, self.state = out, state
+        self.saved = self.count()  # shards in the file as last saved
+        self.last, self.cost = time.monotonic(), 0.0
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.state["shards"].values())
+
+    def shard_written(self) -> None:
+        now, n = time.monotonic(), self.count()
+        if n - self.saved >= max(1, self.saved) or now - self.last >= max(self.SAVE_SECONDS,
+                                                                          20 * self.cost):
+            save_json(self.out, S.PROGRESS, self.state)
+            self.last = time.monotonic()
+            self.saved, self.cost = n, self.last - now
+
+
 def _encode_all(files: list, options: Options, workers: int, out: Path,
                 state: dict[str, Any], progress: bool) -> dict[str, Any]:
     """Encode every part not in a finished shard; write the shards; the finished manifest."""
@@ -238,6 +278,8 @@ def _encode_all(files: list, options: Options, workers: int, out: Path,
     buffers: dict[str, list[list[Any]]] = {s: [] for s in S.SPLITS}  # [part, offset, tokens]
     documents_done = dict.fromkeys(S.SPLITS, 0)
     held = dict.fromkeys(S.SPLITS, 0)  # tokens in buffers[split]
+
+    saver = ProgressSaver(out, state)
 
     def flush(split: str, n: int) -> None:
         taken, pieces = 0, []
@@ -256,7 +298,7 @@ def _encode_all(files: list, options: Options, workers: int, out: Path,
         entries.append({"file": name, "tokens": len(tokens),
                         "sha256": _write_shard(out, name, tokens)})
         state["resume"][split] = [g, offset + len(use)]
-        save_json(out, S.PROGRESS, state)
+        saver.shard_written()
 
     total = sum(p.stat().st_size for _, p in files)
     bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc="prepare")

@@ -89,6 +89,15 @@ def find_inputs(spec: str | os.PathLike[str]) -> list[tuple[str, Path]]:
     path = Path(spec).expanduser()
     if path.is_file():
         return [(path.name, path)]
+    if path.exists() and not path.is_dir():  # /dev/zero, a FIFO, a socket: not "no such file"
+        import stat
+
+        mode = path.stat().st_mode
+        kind = ("a character device" if stat.S_ISCHR(mode) else "a block device"
+                if stat.S_ISBLK(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        raise ValueError(f"{spec}: is {kind}, not a text file; prepare reads regular files "
+                         "(copy the text into a file first)")
     if path.is_dir():
         found = [(p.relative_to(path).as_posix(), p) for p in sorted(path.rglob("*"))
                  if p.is_file() and not any(s.startswith(".") for s in p.relative_to(path).parts)]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinygpt.prepare.documents import Options, parts
-from tinygpt.stream import split_at_spaces, words
+from tinygpt.stream import run_pieces, split_at_spaces, words
 from tinygpt.tokenizer import EOT
 
 if TYPE_CHECKING:
@@ -66,9 +66,11 @@ def encode_texts(texts: list[str]) -> list[np.ndarray]:
 def count_words(texts: list[str]) -> Counter:
     """How often each word (``tinygpt.stream.words``) occurs in ``texts``, for GPT-4's pattern.
     The pieces between spaces are counted first (in C), and only distinct ones cut into words,
-    so that ``chunk_counts`` splits only distinct words into chunks."""
+    so that ``chunk_counts`` splits only distinct words into chunks. Runs longer than
+    ``tinygpt.stream.LONGEST_RUN`` are cut first, as encoding cuts them: no word is longer than
+    twice that, whatever the text."""
     counts: Counter = Counter()
-    for text in texts:
+    for text in (piece for t in texts for piece in run_pieces(t)):  # long runs cut: bounded words
         pieces = split_at_spaces(text)
         counts.update(words(pieces[0], "gpt4"))  # no space before the first
         for piece, n in Counter(pieces[1:]).items():
