@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import tinygpt.prepare as prepare_run
-from tinygpt.prepare.documents import EOT, Options
+from tinygpt.prepare.documents import Options
 from tinygpt.shards import PROGRESS
+from tinygpt.tokenizer import EOT
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog;", "sun,", "moon"]
 TINY_SHARDS = Options(tokenizer="char", val_fraction=0.25, seed=3, shard_tokens=50)
