@@ -51,11 +51,12 @@ SUBPACKAGES: dict[str, str] = {
     "book": "the book's own machinery: its model, the loss ladder, the results cache, showing code",
     "checkpoint": "saving a training run to a folder and loading it back",
     "cli": "the tinygpt command: its parser, options, preflight checks and subcommands",
+    "exercises": "graded exercises: the reader's functions checked against the package's own",
     "figures": "the chapters' diagrams and the drawing layer under them",
     "prepare": "a corpus into token shards, in worker processes",
 }
 # Layers built on the chapters' pieces: a piece that imported one would depend on its own users.
-ABOVE_THE_PIECES = {"book", "cli", "figures"}
+ABOVE_THE_PIECES = {"book", "cli", "exercises", "figures"}
 
 
 def where(path: Path) -> str:

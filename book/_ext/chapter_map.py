@@ -2,8 +2,8 @@
 
 The figure (book/figures/chapter_map.svg) has one row per chapter, holding the top-level modules
 of ``src/tinygpt/`` that the chapter builds, and under the chapters a band for the
-infrastructure: one box per subpackage (``book``, ``checkpoint``, ``cli``, ``figures``,
-``prepare``), which no chapter builds but the chapters and the command line use. An arrow runs
+infrastructure: one box per subpackage (``book``, ``checkpoint``, ``cli``, ``exercises``,
+``figures``, ``prepare``), which no chapter builds but the chapters and the command line use. An arrow runs
 from a module to every module it imports. Only the small tables ``CHAPTERS`` (chapter ->
 modules) and ``INFRASTRUCTURE`` (subpackage -> its role in a few words) are written by hand; the
 arrows come from parsing the ``import`` statements of ``src/tinygpt/**/*.py`` with ``ast``, so
@@ -76,6 +76,7 @@ INFRASTRUCTURE: list[tuple[str, str, str]] = [
     ("checkpoint", "saving a run, loading it back", "#7c3aed"),
     ("prepare", "a corpus into token shards", "#0d9488"),
     ("cli", "the tinygpt command", "#db2777"),
+    ("exercises", "checking the reader's code", "#ea580c"),
     ("figures", "the chapters' diagrams", "#65a30d"),
     ("book", "the book's model, ladder, views", "#6b7280"),
 ]
