@@ -3,8 +3,8 @@
 The figure (book/figures/chapter_map.svg) has one row per chapter, holding the top-level modules
 of ``src/tinygpt/`` that the chapter builds, and under the chapters a band for the
 infrastructure: one box per subpackage (``book``, ``checkpoint``, ``cli``, ``exercises``,
-``figures``, ``prepare``), which no chapter builds but the chapters and the command line use. An arrow runs
-from a module to every module it imports. Only the small tables ``CHAPTERS`` (chapter ->
+``figures``, ``prepare``), which no chapter builds but the chapters and the command line use. An
+arrow runs from a module to every module it imports. Only the small tables ``CHAPTERS`` (chapter ->
 modules) and ``INFRASTRUCTURE`` (subpackage -> its role in a few words) are written by hand; the
 arrows come from parsing the ``import`` statements of ``src/tinygpt/**/*.py`` with ``ast``, so
 the map changes when the code does. Rules:

@@ -1,5 +1,5 @@
-"""The command line: ``tinygpt train``, ``tinygpt sample`` and ``tinygpt prepare`` (also
-``python -m tinygpt``), one module per command beside this one.
+"""The command line: ``tinygpt train``, ``tinygpt sample``, ``tinygpt prepare`` and ``tinygpt
+exercises`` (also ``python -m tinygpt``), one module per command beside this one.
 
 It handles the parser and the exit codes: ``build_parser`` makes the commands (the model and
 training options come from ``GPTConfig`` and ``TrainConfig``, ``tinygpt.cli.options``), and
@@ -23,6 +23,7 @@ from typing import Any
 
 import tinygpt
 from tinygpt.cli import preflight
+from tinygpt.cli.exercises import add_exercises
 from tinygpt.cli.options import dataclass_options, name_options
 from tinygpt.cli.prepare import add_prepare
 from tinygpt.cli.sample import run_sample
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tinygpt", description="Train a small GPT on a text "
                                      "and sample from it.")
     parser.add_argument("--version", action="version", version=f"tinygpt {tinygpt.__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{train,sample,prepare}")
+    commands = parser.add_subparsers(dest="command", metavar="{train,sample,prepare,exercises}")
     train = commands.add_parser("train", help="train a GPT on a text file or a corpus",
                                 description="Train a GPT and save its checkpoint in --out.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_option(sample, "--device", "cpu, cuda, cuda:N, mps or auto", default="cpu")
     sample.set_defaults(run=run_sample)
     add_prepare(commands, add_option)
+    add_exercises(commands, add_option)
     return parser
 
 

@@ -49,12 +49,14 @@ def number(v: Any) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
-def difference(expected: Any, got: Any, parts: Sequence[str] = (), where: str = "") -> str | None:
+def difference(expected: Any, got: Any, parts: Sequence[str] = (), where: str = "",
+               tolerance: Mapping[torch.dtype, tuple[float, float]] | None = None) -> str | None:
     """What differs first between ``expected`` and ``got``, in one line, or None if they match.
-    ``parts`` names the items of a tuple; ``where`` says which item is compared."""
+    ``parts`` names the items of a tuple; ``where`` says which item is compared; ``tolerance``
+    replaces ``TOLERANCE`` for the dtypes it names."""
     at = f"{where}: " if where else ""
     if isinstance(expected, torch.Tensor):
-        return tensor_difference(expected, got, at)
+        return tensor_difference(expected, got, at, {**TOLERANCE, **(tolerance or {})})
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, (list, tuple)):
             return f"{at}expected a {type(expected).__name__} of {len(expected)} items, got " \
@@ -63,7 +65,7 @@ def difference(expected: Any, got: Any, parts: Sequence[str] = (), where: str = 
             return f"{at}expected {len(expected)} items, got {len(got)}"
         for i, (e, g) in enumerate(zip(expected, got)):
             name = parts[i] if i < len(parts) else f"{where}[{i}]"
-            found = difference(e, g, (), name)
+            found = difference(e, g, (), name, tolerance)
             if found:
                 return found
         return None
@@ -75,7 +77,7 @@ def difference(expected: Any, got: Any, parts: Sequence[str] = (), where: str = 
             return (f"{at}keys differ: missing {brief(sorted(missing))}, "
                     f"not expected {brief(sorted(extra))}")
         for key in expected:
-            found = difference(expected[key], got[key], (), f"{where}[{key!r}]")
+            found = difference(expected[key], got[key], (), f"{where}[{key!r}]", tolerance)
             if found:
                 return found
         return None
@@ -96,8 +98,9 @@ def difference(expected: Any, got: Any, parts: Sequence[str] = (), where: str = 
     return None
 
 
-def tensor_difference(expected: torch.Tensor, got: Any, at: str) -> str | None:
-    """``difference`` for an expected tensor."""
+def tensor_difference(expected: torch.Tensor, got: Any, at: str,
+                      tolerance: Mapping[torch.dtype, tuple[float, float]]) -> str | None:
+    """``difference`` for an expected tensor, within ``tolerance`` (dtype -> rtol, atol)."""
     if not isinstance(got, torch.Tensor):
         return f"{at}expected a tensor, got {type(got).__name__} {brief(got)}"
     if tuple(got.shape) != tuple(expected.shape):
@@ -106,7 +109,7 @@ def tensor_difference(expected: torch.Tensor, got: Any, at: str) -> str | None:
         return f"{at}expected dtype {expected.dtype}, got {got.dtype}"
     got, expected = got.detach().cpu(), expected.detach().cpu()
     if expected.is_floating_point():
-        rtol, atol = TOLERANCE.get(expected.dtype, (0.0, 0.0))
+        rtol, atol = tolerance.get(expected.dtype, (0.0, 0.0))
         same = torch.isclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
     else:
         same = got == expected

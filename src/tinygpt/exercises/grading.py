@@ -18,7 +18,7 @@ import copy
 import math
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,8 @@ class Mistake:
 class Exercise:
     """What the reader writes (``function``, ``signature``, ``task``), for which chapter, the
     reference it is graded against, its cases and its known mistakes. ``names`` labels the
-    arguments in a report; ``parts`` the items of a tuple result."""
+    arguments in a report; ``parts`` the items of a tuple result; ``tolerance`` (dtype ->
+    rtol, atol) loosens ``comparison.TOLERANCE`` where a correct formula may round more."""
 
     id: str
     chapter: int
@@ -61,18 +62,21 @@ class Exercise:
     mistakes: tuple[Mistake, ...] = ()
     names: tuple[str, ...] = ()
     parts: tuple[str, ...] = ()
+    tolerance: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Result:
     """How a reader's function did: ``status`` is "passed", "not implemented" or "failed";
-    ``report`` is the text ``check`` prints; ``hint`` the named mistake, if any."""
+    ``report`` is the text ``check`` prints; ``problem`` what differed on the first failing
+    case, ``hint`` the likely mistake."""
 
     exercise: str
     status: str
     report: str
     hint: str = ""
     cases: int = 0
+    problem: str = ""
 
     @property
     def passed(self) -> bool:
@@ -132,32 +136,39 @@ def grade(exercise: Exercise, fn: object) -> Result:
             return Result(exercise.id, "not implemented", f"{head}not implemented yet. Write "
                           f"{exercise.signature}: {exercise.task}; then run the check again.")
         expected = exercise.reference(*copy.deepcopy(case.args), **copy.deepcopy(case.kwargs))
-        problem = problem_with(expected, got, exercise.parts)
+        problem = problem_with(expected, got, exercise)
         if problem is not None:
             hint = hint_for(exercise, fn, cases, i, expected, got)
             return Result(exercise.id, "failed", failure_report(
-                exercise, case, i, len(cases), expected, got, problem, hint), hint, len(cases))
+                exercise, case, i, len(cases), expected, got, problem, hint), hint, len(cases),
+                problem)
     return Result(exercise.id, "passed", f"{head}passed all {len(cases)} cases.",
                   cases=len(cases))
 
 
-def problem_with(expected: Any, got: Any, parts: Sequence[str] = ()) -> str | None:
+def problem_with(expected: Any, got: Any, exercise: Exercise) -> str | None:
     """What is wrong with the reader's result ``got``, or None if it matches."""
     if isinstance(got, Raised):
         kind = type(got.error).__name__
         return f"raised {kind}: {got.error}" + (f" (at {got.where})" if got.where else "")
     if got is None:
         return "returned None (a missing return statement?)"
-    return difference(expected, got, parts)
+    return difference(expected, got, exercise.parts, tolerance=exercise.tolerance)
 
 
 def hint_for(exercise: Exercise, fn: Callable[..., Any], cases: list[Case], index: int,
              expected: Any, got: Any) -> str:
     """The mistake whose wrong implementation gives the reader's result, else a general hint."""
-    if isinstance(got, Raised) or got is None:
-        return ("your function stopped with an error: read the message and the line above"
-                if isinstance(got, Raised) else "every path through the function must "
-                "return its result")
+    if isinstance(got, Raised) and isinstance(got.error, OverflowError):
+        return ("a number overflowed (math.exp of a large value?): subtract the largest "
+                "value first")
+    if isinstance(got, Raised) and "must match the size of tensor" in str(got.error):
+        return ("the shapes don't line up: a sum or max along a dimension needs keepdim=True "
+                "to broadcast back (and check which dimension you use)")
+    if isinstance(got, Raised):
+        return "your function stopped with an error: read the message and the line above"
+    if got is None:
+        return "every path through the function must return its result"
     matching = [m for m in exercise.mistakes if agrees(m.model, cases[index], got, exercise)]
     if len(matching) > 1:  # the one that agrees with the reader on the most cases
         theirs = [call(fn, case) for case in cases]
@@ -172,7 +183,8 @@ def hint_for(exercise: Exercise, fn: Callable[..., Any], cases: list[Case], inde
 def agrees(model: Callable[..., Any], case: Case, got: Any, exercise: Exercise) -> bool:
     """Whether the wrong implementation ``model`` gives ``got`` on ``case``."""
     theirs = call(model, case)
-    return not isinstance(theirs, Raised) and difference(theirs, got, exercise.parts) is None
+    return not isinstance(theirs, Raised) and difference(
+        theirs, got, exercise.parts, tolerance=exercise.tolerance) is None
 
 
 def general_hint(expected: Any, got: Any) -> str:

@@ -249,7 +249,9 @@ EXERCISES = [
         "rope", 12, "rope",
         "rope(x: Tensor (..., T, d), base: float = 10000.0) -> Tensor (..., T, d)",
         "rotate each pair (x[m], x[m + d/2]) at position t by t * base^(-2m/d)",
-        rope_with, rope_cases, names=("x",), mistakes=(
+        rope_with, rope_cases, names=("x",),
+        # the package's RoPE, as Hugging Face's, computes its angles in float32
+        tolerance={torch.float32: (1e-5, 1e-5), torch.float64: (1e-6, 1e-6)}, mistakes=(
             Mistake("the pairs are the two halves, (x[m], x[m + d/2]) as in Llama's code, not "
                     "neighbours (x[2i], x[2i + 1])",
                     lambda x, base=1e4: rope_with(x, base, interleaved=True)),
