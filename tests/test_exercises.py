@@ -12,6 +12,7 @@ progress.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -177,8 +178,13 @@ def test_its_chapter_runs_the_readers_starter_and_a_passing_solution(exercise_id
               for cell in graded]
     assert hidden == [False, True], f"{exercise_id}: want one visible starter, one hidden solution"
     starter, solution = graded
-    stub = re.compile(rf"def {exercise.function}\(.*\):\n\s+\.\.\.", re.MULTILINE)
-    assert stub.search("".join(starter["source"])), "the starter's body is `...`"
+    defined = [node for node in ast.walk(ast.parse("".join(starter["source"])))
+               if isinstance(node, ast.FunctionDef) and node.name == exercise.function]
+    body = [statement for statement in defined[0].body
+            if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+                    and isinstance(statement.value.value, str))]  # a docstring may say the task
+    assert [ast.dump(statement) for statement in body] == [
+        ast.dump(ast.Expr(ast.Constant(...)))], "the starter's body is `...`"
     assert "not implemented yet" in output_text(starter)
     assert f"{exercise_id} (chapter {exercise.chapter}): passed" in output_text(solution)
     for cell in graded:
