@@ -8,8 +8,9 @@ exact counting, the networks by ``tinygpt.book.scoring.score``. Each result is c
 (``tinygpt.book.results_cache``, keyed by the rung's recipe and the source of the code), so chapter
 8 lists the ladder without training anything again. ``train_rung(key)`` trains a network rung by its
 fixed, seeded recipe and returns the model, so that the chapter that builds a rung shows the very
-model the ladder scores. The three small networks share one budget, ``RUNG_TRAIN``: the ladder shows
-what each architecture buys, not what more training buys.
+model the ladder scores. The three small networks share one budget, ``RUNG_TRAIN`` (the same steps
+and batches), at the sizes their chapters give them, not at equal parameter counts: the ladder
+shows what each model as built buys, not what more training buys.
 
 The book's model itself is trained and cached by ``tinygpt.book.trained_model``; this module only
 reads its loss. Drawing the table is the chapter's job.
