@@ -20,6 +20,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import strategies as st
@@ -134,3 +135,53 @@ def rewrite_manifest(folder: Path, change: Callable[[dict], object], checksum: b
         meta["checksum"] = hashlib.sha256(canonical).hexdigest()
     (folder / "checkpoint.json").write_text(json.dumps(meta))
 
+
+
+# --- the loss ladder on a small corpus (tests/test_ladder.py, tests/test_failure_modes.py) ------
+
+def small_text() -> str:
+    """A few thousand characters with some structure (words of a small alphabet, line breaks)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    words = ["to", "be", "or", "not", "the", "king", "queen", "and", "a", "do", "be."]
+    picks = torch.randint(len(words), (900,), generator=gen).tolist()
+    return "".join(words[i] + ("\n" if j % 9 == 8 else " ") for j, i in enumerate(picks))
+
+
+class LadderCorpus(NamedTuple):
+    """What ``ladder_corpus`` put in place of the book's data, and the corpora asked for."""
+
+    tokenizer: Any  # a CharTokenizer of small_text()
+    train: list[int]
+    val: list[int]
+    calls: list[str]  # the corpus named in each call of book_data
+
+
+@pytest.fixture
+def ladder_corpus(monkeypatch, tmp_path) -> LadderCorpus:
+    """``small_text()`` in place of the book's corpus (``trained_model.book_data``, split 9:1),
+    a private cache (``TINYGPT_CACHE``) and trained rungs of a few steps, so that ladder tests
+    are fast and never read or write the user's cache."""
+    import dataclasses
+
+    import torch
+
+    from tinygpt.book import ladder, trained_model
+    from tinygpt.tokenizer import CharTokenizer
+
+    monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path))
+    text = small_text()
+    tok = CharTokenizer.from_text(text)
+    ids = torch.tensor(tok.encode(text))
+    train_ids, val_ids = ids[: len(ids) * 9 // 10], ids[len(ids) * 9 // 10 :]
+    calls: list[str] = []
+
+    def book_data(corpus: str = "shakespeare"):
+        calls.append(corpus)
+        return tok, train_ids, val_ids
+
+    monkeypatch.setattr(trained_model, "book_data", book_data)
+    monkeypatch.setattr(ladder, "RUNG_TRAIN", dataclasses.replace(
+        ladder.RUNG_TRAIN, max_iters=3, warmup_iters=1, batch_size=4))
+    return LadderCorpus(tok, train_ids.tolist(), val_ids.tolist(), calls)

@@ -124,6 +124,33 @@ def test_bpe_tokenizer_travels_in_its_own_file(tmp_path):
     assert isinstance(model, GPT) and loaded.merges == tok.merges and loaded.tokens == tok.tokens
 
 
+def test_the_manifest_records_the_tokenizer_as_before(tmp_path):
+    """The tokenizer entry (``tinygpt.tokenizer.tokenizer_entry``, shared with shards folders)
+    keeps the checkpoint format: the characters inline, or BPE's ``tokenizer.json`` (the bytes
+    ``BPETokenizer.save`` writes) and ``tokenizer.vocab`` listed with the version's other files;
+    no ``sha256`` in the entry and nothing else in the version folder."""
+    tok = BPETokenizer.train("low lower lowest newer newest " * 20, vocab_size=264)
+    tok.save(tmp_path / "reference.json")
+    save(tmp_path / "bpe", tokenizer=tok)
+    meta = json.loads((tmp_path / "bpe" / "checkpoint.json").read_text())
+    assert meta["tokenizer"] == {"type": "bpe", "file": "tokenizer.json"}
+    files = ["model.safetensors", "optimizer.safetensors", "tokenizer.json", "tokenizer.vocab"]
+    version = version_dir(tmp_path / "bpe")
+    assert sorted(meta["files"]) == sorted(p.name for p in version.iterdir()) == files
+    for name, reference in [("tokenizer.json", "reference.json"),
+                            ("tokenizer.vocab", "reference.vocab")]:
+        data = (version / name).read_bytes()
+        assert data == (tmp_path / reference).read_bytes()
+        assert meta["files"][name] == {"sha256": hashlib.sha256(data).hexdigest(),
+                                       "size": len(data)}
+    chars = CharTokenizer.from_text("to be or not")
+    save(tmp_path / "char", tokenizer=chars)
+    meta = json.loads((tmp_path / "char" / "checkpoint.json").read_text())
+    assert meta["tokenizer"] == {"type": "char", "chars": chars.chars}
+    assert sorted(meta["files"]) == files[:2]
+    assert load_checkpoint(tmp_path / "char").tokenizer.chars == chars.chars
+
+
 def test_loading_never_unpickles(tmp_path, monkeypatch):
     save(tmp_path / "ckpt")
 

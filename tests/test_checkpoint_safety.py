@@ -153,6 +153,41 @@ def test_folder_names_are_not_glob_patterns(capsys, data, tmp_path):
     assert snapshot(exp1) == before and load_checkpoint(tmp_path / "exp*").step == 2
 
 
+@pytest.mark.parametrize("name", ["checkpoint.json", ".tinygpt.lock", ".tinygpt-probe-0123abcd",
+                                  ".checkpoint.json.tmp-0123abcd", "../step-000001-0123abcd"])
+def test_a_manifest_naming_another_entry_as_its_version_folder_is_refused(tmp_path, name):
+    """Of tinygpt's own entries, only a ``step-`` folder is a version: the manifest, the lock or
+    a probe named as one is an altered manifest (they all passed the old "is it tinygpt's"
+    check)."""
+    save_tiny(tmp_path / "ckpt")
+    rewrite_manifest(tmp_path / "ckpt", lambda meta: meta.update(folder=name))
+    with pytest.raises(CheckpointError, match="not a version folder"):
+        load_checkpoint(tmp_path / "ckpt")
+
+
+def test_only_tinygpt_names_are_its_own_in_a_checkpoint_folder(tmp_path):
+    """``CHECKPOINT_ENTRIES`` owns the manifest, the lock, the version folders and the temporary
+    names tinygpt's writers give (mkstemp's, as ``write_atomically`` makes them): a look-alike
+    of another shape is the user's, and ``remove_stale`` leaves it."""
+    import tempfile
+
+    own = folder.CHECKPOINT_ENTRIES
+    _, temporary = tempfile.mkstemp(dir=tmp_path, prefix=".checkpoint.json.", suffix=".part")
+    ours = ["checkpoint.json", ".tinygpt.lock", "step-000012-0123abcd", "step-1234567-89abcdef",
+            Path(temporary).name, ".checkpoint.json.tmp-0123abcd", ".tinygpt-probe-0123abcd"]
+    users = ["notes.txt", "step-12-0123abcd", "step-000012-0123ABCD", "step-000012-0123abcd.bak",
+             ".checkpoint.json.notes.part", ".checkpoint.json.0123abcd.part.txt", ".part",
+             "checkpoint.json.bak", ".tinygpt.lock2", "tokenizer.json", "model.safetensors"]
+    assert [name for name in ours if not own.owns(name)] == []
+    assert [name for name in users if own.owns(name)] == []
+    (tmp_path / "ckpt").mkdir()
+    for name in users:
+        (tmp_path / "ckpt" / name).write_text("mine")
+    save_tiny(tmp_path / "ckpt")
+    assert own.user_entries(tmp_path / "ckpt") == sorted(users)
+    assert all((tmp_path / "ckpt" / name).read_text() == "mine" for name in users)
+
+
 KILLER = textwrap.dedent("""
     import sys, time
     import tinygpt.checkpoint as ck  # save_checkpoint calls the names it imported

@@ -105,3 +105,27 @@ def test_the_argument_checks_name_the_argument_in_a_field_not_only_in_the_messag
             call()
         assert caught.value.field == field
         assert isinstance(caught.value, ValueError if kind is ArgumentValueError else TypeError)
+
+
+DEVICE_NAMES = ["cpu", "cuda", "cuda:0", "cuda:12", "mps", "auto"]
+
+
+@pytest.mark.parametrize("name", [*DEVICE_NAMES, "gpu", "CPU", "cuda:", "cuda:-1", "cuda:1 ",
+                                  " cuda", "cuda:0\n", "cuda:²", "cuda:٣", "cuda0", "", None, 0])
+def test_the_config_and_the_runtime_know_the_same_device_names(name):
+    """``TrainConfig`` and ``runtime.device_problem`` share one rule (``is_device_name``):
+    a name one accepts, the other never calls unknown (digits are ASCII: ``"cuda:²"`` passed
+    ``str.isdigit`` and then failed in ``int``)."""
+    from tinygpt.config import TrainConfig
+    from tinygpt.runtime import device_problem
+
+    try:
+        TrainConfig(device=name)
+        accepted = True
+    except ValueError as err:
+        assert getattr(err, "field", None) == "TrainConfig.device"
+        accepted = False
+    assert accepted == (name in DEVICE_NAMES)
+    if isinstance(name, str):  # the runtime may still lack the device, but knows its name
+        problem = device_problem(name)
+        assert (problem is None or not problem.startswith("not a device")) == accepted

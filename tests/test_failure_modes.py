@@ -249,25 +249,6 @@ def test_bfloat16_autocast_with_qk_norm_gives_no_torch_warning():
 
 # --- the ladder's cache: entries that are FIFOs, folders or hostile NaN losses ------------------
 
-@pytest.fixture
-def ladder_corpus(monkeypatch, tmp_path):
-    """test_ladder's small corpus in place of the book's, and a private cache."""
-    import torch
-    from test_ladder import small_text
-
-    from tinygpt.book import trained_model
-    from tinygpt.tokenizer import CharTokenizer
-
-    monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path))
-    text = small_text()
-    tok = CharTokenizer.from_text(text)
-    ids = torch.tensor(tok.encode(text))
-    split = len(ids) * 9 // 10
-    monkeypatch.setattr(trained_model, "book_data", lambda corpus="shakespeare": (
-        tok, ids[:split], ids[split:]))
-    return tok
-
-
 def rung_loss_within(key: str, seconds: float = 60) -> float:
     """``ladder.rung_loss(key)``, failing (not hanging the suite) if it blocks."""
     import threading
@@ -294,7 +275,7 @@ def test_a_ladder_cache_entry_that_is_a_fifo_does_not_block(ladder_corpus):
     os.mkfifo(path)
     with pytest.warns(UserWarning, match="not a regular file"):
         loss = rung_loss_within("uniform")  # was: blocked for ever opening the FIFO
-    assert loss == pytest.approx(math.log(ladder_corpus.vocab_size))
+    assert loss == pytest.approx(math.log(ladder_corpus.tokenizer.vocab_size))
 
 
 def test_a_ladder_cache_entry_that_is_a_folder_does_not_raise(ladder_corpus):
@@ -306,7 +287,7 @@ def test_a_ladder_cache_entry_that_is_a_folder_does_not_raise(ladder_corpus):
     path.mkdir(parents=True)
     with pytest.warns(UserWarning, match="cannot cache"):
         loss = ladder.rung_loss("uniform")  # was: IsADirectoryError
-    assert loss == pytest.approx(math.log(ladder_corpus.vocab_size))
+    assert loss == pytest.approx(math.log(ladder_corpus.tokenizer.vocab_size))
     assert path.is_dir()  # left alone
 
 
@@ -319,4 +300,4 @@ def test_a_ladder_cache_entry_with_a_hostile_loss_is_computed_again(ladder_corpu
     results_cache.write_json(ladder._path("uniform"), {"rung": "uniform", "loss": hostile})
     with pytest.warns(UserWarning, match="is not a loss"):
         loss = ladder.rung_loss("uniform")  # was: nan returned
-    assert loss == pytest.approx(math.log(ladder_corpus.vocab_size))
+    assert loss == pytest.approx(math.log(ladder_corpus.tokenizer.vocab_size))

@@ -1,8 +1,8 @@
 """The loss ladder: each rung's value, where it comes from, and its cache.
 
-The rungs are computed on a small corpus put in place of the book's (``trained_model.book_data`` is
-monkeypatched) and a cache folder of the test's own (``TINYGPT_CACHE``), so that every test is
-fast and never reads or writes the user's cache. The counting rungs are compared with references
+The rungs are computed on a small corpus put in place of the book's and a cache folder of the
+test's own (the ``ladder_corpus`` fixture of ``conftest.py``), so that every test is fast and never
+reads or writes the user's cache. The counting rungs are compared with references
 computed independently: a loop over the validation text, and PyTorch's cross-entropy.
 """
 
@@ -22,40 +22,10 @@ from torch import nn
 from tinygpt.book import ladder, trained_model
 from tinygpt.book.scoring import score
 from tinygpt.small_models import AttentionOnly, ContextMLP
-from tinygpt.tokenizer import CharTokenizer
 
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
 # The chapters whose notebooks glue their rungs; chapters 7 and 8 glue theirs in another branch.
 GLUED_CHAPTERS = (2, 4, 5, 6, 7, 8)
-
-
-def small_text() -> str:
-    """A few thousand characters with some structure (words of a small alphabet, line breaks)."""
-    gen = torch.Generator().manual_seed(0)
-    words = ["to", "be", "or", "not", "the", "king", "queen", "and", "a", "do", "be."]
-    picks = torch.randint(len(words), (900,), generator=gen).tolist()
-    return "".join(words[i] + ("\n" if j % 9 == 8 else " ") for j, i in enumerate(picks))
-
-
-@pytest.fixture
-def corpus(monkeypatch, tmp_path):
-    """The small corpus in place of the book's, and a private cache; records book_data's calls."""
-    monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path))
-    text = small_text()
-    tok = CharTokenizer.from_text(text)
-    ids = torch.tensor(tok.encode(text))
-    train_ids, val_ids = ids[: len(ids) * 9 // 10], ids[len(ids) * 9 // 10 :]
-    calls = []
-
-    def book_data(corpus: str = "shakespeare"):
-        calls.append(corpus)
-        return tok, train_ids, val_ids
-
-    monkeypatch.setattr(trained_model, "book_data", book_data)
-    # the trained rungs: a few steps, so that the tests stay fast
-    monkeypatch.setattr(ladder, "RUNG_TRAIN", dataclasses.replace(
-        ladder.RUNG_TRAIN, max_iters=3, warmup_iters=1, batch_size=4))
-    return tok, train_ids.tolist(), val_ids.tolist(), calls
 
 
 def ngram_reference(train: list[int], val: list[int], n: int, k: float, V: int) -> float:
@@ -71,8 +41,8 @@ def ngram_reference(train: list[int], val: list[int], n: int, k: float, V: int) 
     return total / (len(val) - 1)
 
 
-def test_the_counting_rungs_equal_independent_references(corpus):
-    tok, train, val, _ = corpus
+def test_the_counting_rungs_equal_independent_references(ladder_corpus):
+    tok, train, val, _ = ladder_corpus
     V = tok.vocab_size
     assert ladder.rung_loss("uniform") == pytest.approx(math.log(V), rel=1e-12)
     # unigram: PyTorch's cross-entropy of the frequencies, for every token after the first
@@ -97,8 +67,8 @@ class TableModel(nn.Module):
         return self.log_probs[idx]  # (B, T, V)
 
 
-def test_the_bigram_rung_equals_score_of_the_same_model_as_a_network(corpus):
-    tok, train, val, _ = corpus
+def test_the_bigram_rung_equals_score_of_the_same_model_as_a_network(ladder_corpus):
+    tok, train, val, _ = ladder_corpus
     from tinygpt.bigram import bigram_counts, bigram_probs
 
     k = ladder.COUNTING["bigram"][1]
@@ -107,8 +77,8 @@ def test_the_bigram_rung_equals_score_of_the_same_model_as_a_network(corpus):
     assert ladder.rung_loss("bigram") == pytest.approx(scored, rel=1e-6)
 
 
-def test_every_rung_is_scored_on_book_datas_validation_split(corpus, monkeypatch):
-    _, train, val, calls = corpus
+def test_every_rung_is_scored_on_book_datas_validation_split(ladder_corpus, monkeypatch):
+    _, train, val, calls = ladder_corpus
     scored, fitted = [], []
     fit = ladder.fit
 
@@ -135,7 +105,7 @@ def test_every_rung_is_scored_on_book_datas_validation_split(corpus, monkeypatch
     assert all(math.isfinite(v) and v > 0 for v in losses.values())
 
 
-def test_the_book_model_rung_is_the_book_models_whole_split_loss(corpus, monkeypatch):
+def test_the_book_model_rung_is_the_book_models_whole_split_loss(ladder_corpus, monkeypatch):
     class Found:
         val_loss = 1.2345
 
@@ -157,7 +127,7 @@ def counting(monkeypatch, name):
     return calls
 
 
-def test_a_second_call_reads_the_cache(corpus, monkeypatch):
+def test_a_second_call_reads_the_cache(ladder_corpus, monkeypatch):
     calls = counting(monkeypatch, "_counting_loss")
     first = ladder.rung_loss("bigram")
     assert ladder.rung_loss("bigram") == first and len(calls) == 1
@@ -166,7 +136,7 @@ def test_a_second_call_reads_the_cache(corpus, monkeypatch):
     assert ladder.rung_loss("one_block") == trained.loss and len(fits) == 1
 
 
-def test_a_corrupt_cache_entry_is_computed_again(corpus, monkeypatch):
+def test_a_corrupt_cache_entry_is_computed_again(ladder_corpus, monkeypatch):
     calls = counting(monkeypatch, "_counting_loss")
     first = ladder.rung_loss("unigram")
     path = ladder._path("unigram")
@@ -183,7 +153,7 @@ def test_a_corrupt_cache_entry_is_computed_again(corpus, monkeypatch):
     assert json.loads(path.read_text())["content"]["loss"] == first
 
 
-def test_a_changed_recipe_is_computed_again(corpus, monkeypatch):
+def test_a_changed_recipe_is_computed_again(ladder_corpus, monkeypatch):
     before = ladder.rung_loss("ngram")
     monkeypatch.setitem(ladder.COUNTING, "ngram", (3, 0.01))
     calls = counting(monkeypatch, "_counting_loss")
@@ -191,8 +161,8 @@ def test_a_changed_recipe_is_computed_again(corpus, monkeypatch):
     assert len(calls) == 1 and after != before
 
 
-def test_train_rung_returns_the_model_it_scored(corpus):
-    _, _, val, _ = corpus
+def test_train_rung_returns_the_model_it_scored(ladder_corpus):
+    _, _, val, _ = ladder_corpus
     trained = ladder.train_rung("attention_only")
     assert len(trained.train_losses) == ladder.RUNG_TRAIN.max_iters
     assert score(trained.model, torch.tensor(val), ladder.BLOCK_SIZE) == trained.loss
@@ -200,7 +170,7 @@ def test_train_rung_returns_the_model_it_scored(corpus):
     assert again.loss == trained.loss
 
 
-def test_train_rung_keeps_the_callers_random_state(corpus):
+def test_train_rung_keeps_the_callers_random_state(ladder_corpus):
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)

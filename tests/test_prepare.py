@@ -149,6 +149,67 @@ def test_a_folder_that_is_not_a_shards_folder_is_refused_and_left_alone(tmp_path
         prepare_run.write_shards(corpus, corpus / "shards", SMALL, workers=1)
 
 
+@pytest.mark.parametrize("name", [".notes.part", ".shards.json.mine.part",
+                                  ".train_000000.bin.part", ".tokenizer.json.vocab.bak"])
+def test_a_users_file_like_a_temporary_one_is_never_removed(tmp_path, name):
+    """A killed run's leftovers are ``write_atomically``'s temporary names (mkstemp's 8
+    characters) of the files prepare writes, or the two fixed ones of earlier versions: any
+    other file is the user's, and a re-run refuses the folder, leaving it (prepare used to
+    remove every hidden ``.part`` file)."""
+    corpus, out = make_corpus(tmp_path / "in"), tmp_path / "out"
+    prepare_run.write_shards(corpus, out, SMALL, workers=1)
+    before = shard_bytes(out)
+    (out / name).write_text("mine")
+    with pytest.raises(ValueError, match="not a tinygpt shards folder"):
+        prepare_run.write_shards(corpus, out, SMALL, workers=1)
+    assert shard_bytes(out) == {**before, name: b"mine"}
+
+
+def test_every_name_prepare_writes_is_its_own_and_nothing_else(tmp_path):
+    """``SHARDS_ENTRIES`` owns each file of a finished shards folder, a shard past the
+    millionth (7 digits), and the temporary name mkstemp gives each file written atomically."""
+    import tempfile
+
+    from tinygpt.prepare import SHARDS_ENTRIES
+    from tinygpt.shards import shard_name
+
+    out = tmp_path / "out"
+    prepare_run.write_shards(make_corpus(tmp_path / "in"), out, SMALL, workers=1)
+    written = sorted(p.name for p in out.iterdir())
+    assert {"shards.json", "tokenizer.json", "tokenizer.vocab"} <= set(written)
+    assert SHARDS_ENTRIES.user_entries(out) == []
+    assert not [n for n in written if SHARDS_ENTRIES.is_temporary(n)]
+    atomic = ["shards.json", ".shards-progress.json", "tokenizer.json", shard_name("train", 0),
+              shard_name("val", 10**6)]
+    temporary = [Path(tempfile.mkstemp(dir=tmp_path, prefix=f".{n}.", suffix=".part")[1]).name
+                 for n in atomic]
+    assert all(SHARDS_ENTRIES.owns(n) for n in atomic)
+    assert all(SHARDS_ENTRIES.is_temporary(n) for n in temporary)
+    users = ["notes.txt", "train_00001.bin", "train_000001.bin.bak", "test_000000.bin",
+             ".train_000001.bin.1234567.part", ".notes.abcdefgh.part", "checkpoint.json"]
+    assert not [n for n in users if SHARDS_ENTRIES.owns(n)]
+
+
+def test_the_manifest_records_the_tokenizer_as_before(tmp_path):
+    """The tokenizer entry (``tinygpt.tokenizer.tokenizer_entry``, shared with checkpoints)
+    keeps the shards format: BPE's file as ``BPETokenizer.save`` writes it, with its SHA-256 in
+    the entry; a char tokenizer's characters inline."""
+    out = tmp_path / "bpe"
+    prepare_run.write_shards(make_corpus(tmp_path / "in"), out, SMALL, workers=1)
+    entry = read_manifest(out)["tokenizer"]
+    data = (out / "tokenizer.json").read_bytes()
+    assert entry == {"type": "bpe", "file": "tokenizer.json",
+                     "sha256": hashlib.sha256(data).hexdigest()}
+    load_shards_tokenizer(out).save(tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == data
+    assert (tmp_path / "again.vocab").read_bytes() == (out / "tokenizer.vocab").read_bytes()
+    chars = Options(tokenizer="char", val_fraction=0.25, seed=3, shard_tokens=700)
+    prepare_run.write_shards(tmp_path / "in", tmp_path / "char", chars, workers=1)
+    entry = read_manifest(tmp_path / "char")["tokenizer"]
+    assert entry == {"type": "char", "chars": load_shards_tokenizer(tmp_path / "char").chars}
+    assert not (tmp_path / "char" / "tokenizer.json").exists()
+
+
 def test_gpt2_shards_are_gpt2_token_ids(tmp_path):
     corpus = make_corpus(tmp_path / "in", files=2)
     options = Options("gpt2", val_fraction=0.3, seed=1)

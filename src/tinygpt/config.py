@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass, fields
 from typing import Literal, get_origin, get_type_hints
 
@@ -38,6 +39,14 @@ Optimizer = Literal["adamw", "muon"]
 Dtype = Literal["float32", "bfloat16"]
 NORMS, NORM_POSITIONS = choices(Norm), choices(NormPosition)
 ACTIVATIONS, POSITIONALS = choices(Activation), choices(Positional)
+DEVICES = "cpu, cuda, cuda:N, mps or auto"  # the devices tinygpt runs on
+
+
+def is_device_name(name: object) -> bool:
+    """Whether ``name`` is one of ``DEVICES`` as a string (``"cuda:N"``: N in ASCII digits),
+    whether or not this machine has it (``tinygpt.runtime.device_problem`` says that)."""
+    return isinstance(name, str) and (name in ("cpu", "cuda", "mps", "auto")
+                                      or re.fullmatch(r"cuda:[0-9]+", name) is not None)
 
 
 @functools.cache
@@ -206,9 +215,7 @@ class TrainConfig:
         check_float(self.beta1, "TrainConfig.beta1", 0.0, 1.0, high_open=True)
         check_float(self.beta2, "TrainConfig.beta2", 0.0, 1.0, high_open=True)
         check_float(self.grad_clip, "TrainConfig.grad_clip", 0.0, math.inf, high_open=True)
-        if not isinstance(self.device, str) or not (
-                self.device in ("cpu", "cuda", "mps", "auto")
-                or (self.device.startswith("cuda:") and self.device[5:].isdigit())):
+        if not is_device_name(self.device):
             raise ArgumentValueError(f"TrainConfig.device must be 'cpu', 'cuda', 'cuda:N', 'mps' "
                                      f"or 'auto', got {self.device!r}", "TrainConfig.device")
         if self.dtype == "float16":

@@ -207,6 +207,13 @@ def write_atomically(data: bytes | memoryview, target: Path) -> Path:
     return target
 
 
+def temporary_names(pattern: str) -> str:
+    """A regular expression matching in full the temporary names :func:`write_atomically` gives
+    a file whose name matches ``pattern`` (a regex): ``.NAME.`` + mkstemp's 8 characters +
+    ``.part``. What a killed writer leaves under such a name, the next one may remove."""
+    return rf"\.(?:{pattern})\.[a-z0-9_]{{8}}\.part"
+
+
 def get_path(name: str) -> Path:
     """The local path of a checked data file, downloading it into the cache if needed.
 

@@ -3,7 +3,8 @@
 It handles the settings that training and sampling share and that do not change the maths:
 
 * ``resolve_device(name)``: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"`` as a
-  ``torch.device``, with a clear error when the hardware is missing;
+  ``torch.device``, with a clear error when the hardware is missing (``device_problem(name)``
+  says what is missing; which names are devices is ``tinygpt.config.is_device_name``'s rule);
 * ``autocast(device, dtype)``: the context the forward pass runs in (bf16 autocast or none);
 * ``keep_freed_memory()``: on Linux with glibc, let ``malloc`` reuse freed activations instead of
   page-faulting fresh memory at every step.
@@ -13,20 +14,19 @@ It does not pick a number of threads or seed anything (the caller does).
 
 from __future__ import annotations
 
-import re
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
 from tinygpt.checks import ArgumentValueError
-
-DEVICES = "cpu, cuda, cuda:N, mps or auto"  # the devices tinygpt runs on
+from tinygpt.config import DEVICES, is_device_name
 
 
 def device_problem(name: str) -> str | None:
     """What is wrong with running on device ``name`` on this machine, or None: a name tinygpt
-    does not know, CUDA or a CUDA index this machine lacks, or MPS where it is not available."""
-    if not (name in ("cpu", "cuda", "mps", "auto") or re.fullmatch(r"cuda:\d+", name)):
+    does not know (``config.is_device_name``, the rule ``TrainConfig`` checks too), CUDA or a
+    CUDA index this machine lacks, or MPS where it is not available."""
+    if not is_device_name(name):
         return f"not a device tinygpt runs on (it runs on {DEVICES})"
     if name.startswith("cuda"):
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0

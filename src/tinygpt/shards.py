@@ -29,11 +29,11 @@ if TYPE_CHECKING:  # numpy and torch are imported when used: the command line im
 
 MANIFEST = "shards.json"
 PROGRESS = ".shards-progress.json"  # the manifest of an unfinished run (ProgressSaver)
-TOKENIZER_FILE = "tokenizer.json"
 FORMAT, VERSION = "tinygpt-shards", 1
 SPLITS = ("train", "val")
 MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
-_SHARD_NAME = re.compile(r"(train|val)_\d{6,}\.bin")
+# The names shard_name gives, and only those (a shard past the millionth has 7 digits or more)
+SHARD_NAME = re.compile(r"(?:train|val)_[0-9]{6,}\.bin")
 
 
 class ShardError(ValueError):
@@ -180,7 +180,7 @@ def open_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
     (checked in the same pass as the SHA-256, or in a pass of its own without ``checksum``)."""
     import numpy as np
 
-    path = _named(folder, entry, "file", _SHARD_NAME, MANIFEST)
+    path = _named(folder, entry, "file", SHARD_NAME, MANIFEST)
     want = entry["tokens"] * dtype.itemsize
     f = open_regular(path)
     try:
@@ -227,7 +227,7 @@ def load_shards_tokenizer(folder: str | Path, manifest: dict[str, Any] | None = 
 
 
 def _tokenizer(folder: Path, raw: dict[str, Any]) -> Any:
-    from tinygpt.tokenizer import BPETokenizer, CharTokenizer
+    from tinygpt.tokenizer import TOKENIZER_FILE, BPETokenizer, CharTokenizer
 
     if raw["type"] == "char":
         return CharTokenizer(raw["chars"])

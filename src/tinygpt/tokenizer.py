@@ -12,7 +12,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import regex
 
@@ -393,3 +393,29 @@ class Tokenizer(Protocol):
 
 
 SavedTokenizer = CharTokenizer | BPETokenizer  # the tokenizers a checkpoint or shards can hold
+
+# Where a checkpoint or a shards folder keeps a BPE tokenizer: the model file and its token list.
+TOKENIZER_FILE, TOKENIZER_VOCAB_FILE = "tokenizer.json", "tokenizer.vocab"
+
+
+def tokenizer_entry(tokenizer: SavedTokenizer, folder: str | Path) -> dict[str, Any]:
+    """The ``"tokenizer"`` entry of a checkpoint's or a shards folder's manifest: a
+    ``CharTokenizer`` as ``{"type": "char", "chars": [...]}``; a ``BPETokenizer`` as ``{"type":
+    "bpe", "file": "tokenizer.json"}``, once it is saved in ``folder`` (``tokenizer.json`` and
+    ``tokenizer.vocab``, :meth:`BPETokenizer.save`) and flushed to the disk.
+
+    The files are written in place: call it before the manifest that names them, on a folder
+    that nothing reads until then. How the file is checked is the manifest's: a checkpoint lists
+    the SHA-256 of every file, a shards manifest adds ``"sha256"`` to this entry."""
+    import os
+
+    if isinstance(tokenizer, CharTokenizer):
+        return {"type": "char", "chars": tokenizer.chars}
+    if not isinstance(tokenizer, BPETokenizer):
+        raise TypeError("tokenizer must be a CharTokenizer or a BPETokenizer, got "
+                        f"{type(tokenizer).__name__}")
+    tokenizer.save(Path(folder) / TOKENIZER_FILE)  # and tokenizer.vocab beside it
+    for name in (TOKENIZER_FILE, TOKENIZER_VOCAB_FILE):
+        with open(Path(folder) / name, "rb") as f:
+            os.fsync(f.fileno())
+    return {"type": "bpe", "file": TOKENIZER_FILE}

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinygpt.checkpoint.folder import (
+    CHECKPOINT_ENTRIES,
     FORMAT,
     MANIFEST,
     MAX_JSON,
@@ -47,7 +48,6 @@ from tinygpt.checkpoint.folder import (
     CheckpointError,
     canonical,
     fsync_dir,
-    is_own,
     is_tinygpt_manifest,
     locked,
     new_version,
@@ -58,7 +58,7 @@ from tinygpt.checkpoint.folder import (
     write_synced,
 )
 from tinygpt.config import GPTConfig, TrainConfig
-from tinygpt.tokenizer import BPETokenizer, CharTokenizer
+from tinygpt.tokenizer import BPETokenizer, CharTokenizer, tokenizer_entry
 
 if TYPE_CHECKING:  # torch and the model are imported by the functions that use them, so that
     # the folder helpers (tinygpt.checkpoint.folder: the lock, safe reads) import without torch
@@ -66,9 +66,6 @@ if TYPE_CHECKING:  # torch and the model are imported by the functions that use 
     from torch import Tensor, nn
 
     from tinygpt.model import GPT
-
-TOKENIZER_FILE = "tokenizer.json"
-
 
 @dataclass
 class Checkpoint:
@@ -101,18 +98,6 @@ def checkpoint_bytes(model: nn.Module, optimizer: bool = True) -> int:
     tensors, _ = verify.distinct_tensors(model)  # counted where they are: nothing is copied
     weights = sum(t.numel() * t.element_size() for t in tensors.values())
     return weights * (3 if optimizer else 1) + 2**20
-
-
-def _tokenizer_json(tokenizer: object, folder: Path) -> dict[str, Any] | None:
-    if tokenizer is None:
-        return None
-    if isinstance(tokenizer, CharTokenizer):
-        return {"type": "char", "chars": tokenizer.chars}
-    if isinstance(tokenizer, BPETokenizer):
-        tokenizer.save(folder / TOKENIZER_FILE)
-        return {"type": "bpe", "file": TOKENIZER_FILE}
-    raise TypeError(f"tokenizer must be a CharTokenizer, a BPETokenizer or None, got "
-                    f"{type(tokenizer).__name__}")
 
 
 def _rng_json(rng_states: dict[str, Any] | None) -> dict[str, Any]:
@@ -150,6 +135,9 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
     out = Path(out_dir)
     if not isinstance(model_config, GPTConfig):
         raise TypeError(f"model_config must be a GPTConfig, got {type(model_config).__name__}")
+    if tokenizer is not None and not isinstance(tokenizer, (CharTokenizer, BPETokenizer)):
+        raise TypeError(f"tokenizer must be a CharTokenizer, a BPETokenizer or None, got "
+                        f"{type(tokenizer).__name__}")
     tensors, aliases = unique_tensors(model)
     opt_tensors: dict[str, Tensor] = {}
     opt_json = None
@@ -181,12 +169,10 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                 blobs[OPTIMIZER_FILE] = st_save(opt_tensors, metadata={"format": FORMAT})
             for name, data in blobs.items():
                 write_synced(version / name, data)
-            tok_json = _tokenizer_json(tokenizer, version)
+            tok_json = None if tokenizer is None else tokenizer_entry(tokenizer, version)
             for name in VERSION_FILES:
                 if name not in blobs and (version / name).exists():  # the tokenizer's files
                     blobs[name] = (version / name).read_bytes()
-                    with open(version / name, "rb") as f:
-                        os.fsync(f.fileno())
             fsync_dir(version)
             meta = {
                 "format": FORMAT, "version": VERSION, "step": int(step),
@@ -300,7 +286,7 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
         train_config = None if train_raw is None else TrainConfig(**train_raw)
         files = meta["files"]
         version = folder / meta["folder"]
-        if not is_own(meta["folder"]) or "/" in meta["folder"]:
+        if not CHECKPOINT_ENTRIES.is_numbered(meta["folder"]):
             raise CheckpointError(f"{meta_path}: names {meta['folder']!r}, not a version folder")
         for name in files:
             if name not in VERSION_FILES:

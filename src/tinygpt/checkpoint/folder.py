@@ -26,11 +26,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tinygpt.data import write_atomically
+from tinygpt.data import temporary_names, write_atomically
+from tinygpt.tokenizer import TOKENIZER_FILE, TOKENIZER_VOCAB_FILE
 
 MANIFEST, LOCK_FILE = "checkpoint.json", ".tinygpt.lock"
 MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
-VERSION_FILES = (MODEL_FILE, OPTIMIZER_FILE, "tokenizer.json", "tokenizer.vocab")
+VERSION_FILES = (MODEL_FILE, OPTIMIZER_FILE, TOKENIZER_FILE, TOKENIZER_VOCAB_FILE)
 FORMAT, VERSION = "tinygpt-checkpoint", 2
 MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
 
@@ -38,12 +39,6 @@ MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one 
 def canonical(meta: dict[str, Any]) -> bytes:
     """The bytes a manifest's checksum is taken of (sorted keys, no spaces)."""
     return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("utf-8")
-
-# tinygpt's own names: versions, lock probes, and a manifest being written (write_atomically's
-# temporary name, or the .tmp- name of earlier versions of tinygpt)
-_OWN = re.compile(r"step-\d{6,}-[0-9a-f]{8}|\.checkpoint\.json\.tmp-[0-9a-f]{8}|"
-                  r"\.checkpoint\.json\.[0-9a-z_]{8}\.part|\.tinygpt-probe-[0-9a-f]{8}")
-_VERSION = re.compile(r"step-\d{6,}-[0-9a-f]{8}")
 
 
 class CheckpointError(ValueError):
@@ -54,14 +49,48 @@ class MissingCheckpointFile(CheckpointError):
     """A file the checkpoint should hold is not there."""
 
 
-def is_own(name: str) -> bool:
-    """Whether an entry of a checkpoint folder is one that tinygpt writes (by exact name)."""
-    return name in (MANIFEST, LOCK_FILE) or _OWN.fullmatch(name) is not None
+# --- what is tinygpt's ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class OwnEntries:
+    """The entries tinygpt writes in one kind of output folder, recognised by exact name or by
+    a full match of a regular expression (nothing is globbed): tinygpt replaces or removes these
+    and nothing else; every other entry of the folder is the user's.
+
+    ``names`` are the fixed ones (a manifest, the lock), ``numbered`` matches those written
+    once per save or per shard, ``temporary`` what a writer killed midway leaves (the next one,
+    holding the folder's lock, removes them). A checkpoint folder (``CHECKPOINT_ENTRIES``) and
+    a shards folder (``tinygpt.prepare.SHARDS_ENTRIES``) differ in their names and in what
+    they allow beside them, which each one's checks decide."""
+
+    names: frozenset[str]
+    numbered: str
+    temporary: str
+
+    def owns(self, name: str) -> bool:
+        """Whether an entry called ``name`` is one that tinygpt writes in such a folder."""
+        return name in self.names or self.is_numbered(name) or self.is_temporary(name)
+
+    def is_numbered(self, name: str) -> bool:
+        """Whether ``name`` is one of the entries written once per save or per shard."""
+        return re.fullmatch(self.numbered, name) is not None
+
+    def is_temporary(self, name: str) -> bool:
+        """Whether ``name`` is what a killed writer leaves (its next run removes it)."""
+        return re.fullmatch(self.temporary, name) is not None
+
+    def user_entries(self, folder: Path) -> list[str]:
+        """The entries of ``folder`` that tinygpt did not write (sorted names)."""
+        return sorted(p.name for p in folder.iterdir() if not self.owns(p.name))
 
 
-def user_entries(folder: Path) -> list[str]:
-    """The entries of ``folder`` that tinygpt did not write (sorted names)."""
-    return sorted(p.name for p in folder.iterdir() if not is_own(p.name))
+# A checkpoint folder: the manifest and the lock; one version folder per save; a manifest being
+# written (write_atomically's temporary name, or the .tmp- name of earlier versions of tinygpt)
+# and a writability probe. The user's files may stay beside them (check_out_dir says when).
+CHECKPOINT_ENTRIES = OwnEntries(
+    names=frozenset({MANIFEST, LOCK_FILE}), numbered=r"step-[0-9]{6,}-[0-9a-f]{8}",
+    temporary=(temporary_names(re.escape(MANIFEST))
+               + r"|\.checkpoint\.json\.tmp-[0-9a-f]{8}|\.tinygpt-probe-[0-9a-f]{8}"))
 
 
 def write_synced(path: Path, data: bytes) -> None:
@@ -112,12 +141,13 @@ def remove_stale(out: Path, current: str) -> None:
     """Remove tinygpt's leftovers in ``out``: version folders other than ``current`` (the one
     the manifest names), and temporary manifests and probes of killed processes; nothing else."""
     for entry in out.iterdir():
-        if entry.name == current or not _OWN.fullmatch(entry.name):
+        if entry.name == current:
             continue
-        if _VERSION.fullmatch(entry.name):
+        if CHECKPOINT_ENTRIES.is_numbered(entry.name):
             if entry.is_dir() and not entry.is_symlink():
                 remove_version(entry)
-        elif entry.is_file() and not entry.is_symlink():
+        elif (CHECKPOINT_ENTRIES.is_temporary(entry.name) and entry.is_file()
+              and not entry.is_symlink()):
             with contextlib.suppress(OSError):
                 entry.unlink()
 
@@ -286,7 +316,7 @@ def check_out_dir(spec: str | os.PathLike[str], *, data: str | None = None, resu
         if manifest.is_symlink() or (manifest.exists() and not is_tinygpt_manifest(manifest)):
             raise CheckpointError(f"{manifest} was not written by tinygpt, which never replaces "
                                   "it: move it away or choose another --out")
-        others = user_entries(out)
+        others = CHECKPOINT_ENTRIES.user_entries(out)
         if not resume and not manifest.exists() and others and not overwrite:
             shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
             raise CheckpointError(

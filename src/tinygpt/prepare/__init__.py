@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinygpt import shards as S
-from tinygpt.checkpoint.folder import LOCK_FILE, locked
-from tinygpt.data import write_atomically
+from tinygpt.checkpoint.folder import LOCK_FILE, OwnEntries, locked
+from tinygpt.data import temporary_names, write_atomically
 from tinygpt.prepare import documents
 from tinygpt.prepare.documents import Options, find_inputs, parts
 from tinygpt.prepare.workers import (
@@ -36,29 +36,12 @@ from tinygpt.prepare.workers import (
     make_tokenizer,
     useful_workers,
 )
-from tinygpt.tokenizer import EOT
+from tinygpt.tokenizer import EOT, TOKENIZER_FILE, TOKENIZER_VOCAB_FILE, tokenizer_entry
 
 if TYPE_CHECKING:  # numpy is imported when shards are written: the command line starts fast
     import numpy as np
 
-    from tinygpt.tokenizer import SavedTokenizer
-
 # --- the output folder -----------------------------------------------------------------------
-
-def tokenizer_entry(tokenizer: SavedTokenizer, out: Path) -> dict[str, Any]:
-    """The manifest's ``tokenizer``: a char tokenizer's characters, or BPE's saved file."""
-    from tinygpt.tokenizer import CharTokenizer
-
-    if isinstance(tokenizer, CharTokenizer):
-        return {"type": "char", "chars": tokenizer.chars}
-    tmp = out / f".{S.TOKENIZER_FILE}.part"
-    tokenizer.save(tmp)  # also writes .tokenizer.json.vocab, renamed below
-    data = tmp.read_bytes()
-    os.replace(tmp.with_suffix(".vocab"), out / Path(S.TOKENIZER_FILE).with_suffix(".vocab"))
-    write_atomically(data, out / S.TOKENIZER_FILE)
-    tmp.unlink()
-    return {"type": "bpe", "file": S.TOKENIZER_FILE, "sha256": hashlib.sha256(data).hexdigest()}
-
 
 def fingerprint(files: list[tuple[str, Path]], options: Options) -> dict[str, Any]:
     """What a re-run must find unchanged to reuse a run's shards: options, files' sizes and
@@ -85,16 +68,16 @@ def save_json(out: Path, name: str, manifest: dict[str, Any]) -> None:
     write_atomically(json.dumps(checked, indent=1).encode(), out / name)
 
 
-def own_file(name: str) -> bool:
-    """Whether ``name`` is one that prepare writes (only those are ever replaced)."""
-    return name in (S.MANIFEST, S.PROGRESS, S.TOKENIZER_FILE, "tokenizer.vocab",
-                    LOCK_FILE) or is_leftover(name) or bool(
-        re.fullmatch(r"(train|val)_\d{6}\.bin", name))
-
-
-def is_leftover(name: str) -> bool:
-    """Whether ``name`` is a temporary file of prepare's (a killed run leaves them)."""
-    return name == f".{S.TOKENIZER_FILE}.vocab" or re.fullmatch(r"\..+\.part", name) is not None
+# A shards folder: the manifests, the tokenizer's files and the lock; the shards; what a killed
+# run was writing (write_atomically's temporary names, and the fixed ones of earlier versions of
+# tinygpt). Unlike a checkpoint folder, it holds nothing else: check_out refuses any other entry,
+# so a new run may remove all of these.
+SHARDS_ENTRIES = OwnEntries(
+    names=frozenset({S.MANIFEST, S.PROGRESS, TOKENIZER_FILE, TOKENIZER_VOCAB_FILE, LOCK_FILE}),
+    numbered=S.SHARD_NAME.pattern,
+    temporary=(temporary_names("|".join(map(re.escape, (S.MANIFEST, S.PROGRESS, TOKENIZER_FILE)))
+                               + "|" + S.SHARD_NAME.pattern)
+               + "|" + "|".join(map(re.escape, (".tokenizer.json.part", ".tokenizer.json.vocab")))))
 
 
 def check_out(out: Path, files: list[tuple[str, Path]]) -> Path:
@@ -104,7 +87,7 @@ def check_out(out: Path, files: list[tuple[str, Path]]) -> Path:
     if any(out.resolve() in p.resolve().parents for _, p in files):
         raise ValueError(f"--out {out} holds input files: choose a folder of its own")
     if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):  # the lock: prepare's
-        others = sorted(p.name for p in out.iterdir() if not own_file(p.name))
+        others = SHARDS_ENTRIES.user_entries(out)
         ours = (out / S.MANIFEST).is_file() or (out / S.PROGRESS).is_file()
         if others or not ours:
             shown = ", ".join((others or sorted(p.name for p in out.iterdir()))[:3])
@@ -195,7 +178,7 @@ def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
 def _write_locked(files: list, out: Path, options: Options, workers: int, progress: bool,
                   overwrite: bool) -> dict[str, Any]:
     for p in out.iterdir():  # what a killed run was writing (the lock is ours: no one is now)
-        if is_leftover(p.name) and p.is_file() and not p.is_symlink():
+        if SHARDS_ENTRIES.is_temporary(p.name) and p.is_file() and not p.is_symlink():
             p.unlink()
     fp = fingerprint(files, options)
     done = _reusable(out, S.MANIFEST, fp)
@@ -207,7 +190,7 @@ def _write_locked(files: list, out: Path, options: Options, workers: int, progre
     state = _reusable(out, S.PROGRESS, fp)
     if state is None:
         for p in out.iterdir():  # only prepare's own files are in out (check_out)
-            if p.name != LOCK_FILE:
+            if p.name != LOCK_FILE and SHARDS_ENTRIES.owns(p.name):
                 p.unlink()
         state = _start(files, options, workers, out, fp)
     try:
@@ -228,8 +211,11 @@ def _start(files: list, options: Options, workers: int, out: Path,
     except UnicodeDecodeError as err:
         raise ValueError(f"an input file is not UTF-8 text ({err.reason})") from None
     vocab = tokenizer.vocab_size
+    entry = tokenizer_entry(tokenizer, out)
+    if entry["type"] == "bpe":  # a shards manifest checks the tokenizer's file by its SHA-256
+        entry["sha256"] = hashlib.sha256((out / entry["file"]).read_bytes()).hexdigest()
     state = {"format": S.FORMAT, "version": S.VERSION, "fingerprint": fp,
-             "tokenizer": tokenizer_entry(tokenizer, out), "vocab_size": vocab,
+             "tokenizer": entry, "vocab_size": vocab,
              "dtype": S.shard_dtype(vocab).str,
              "eot": getattr(tokenizer, "special_tokens", {}).get(EOT),
              "shards": {s: [] for s in S.SPLITS},
