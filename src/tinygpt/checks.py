@@ -54,12 +54,14 @@ def check_input_before_forward(module: Any) -> None:
     checked them already (``inputs_checked``: a ``GPT`` checks its ids once, not in every layer).
     So a layer used on its own gets a clear error for bad input, and its ``forward`` holds only
     the computation."""
+    module.register_forward_pre_hook(_check_input_first, with_kwargs=True)
 
-    def check_first(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not _checked_upstream:
-            layer.check_input(*args, **kwargs)
 
-    module.register_forward_pre_hook(check_first, with_kwargs=True)
+def _check_input_first(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The forward pre-hook of ``check_input_before_forward``: a module-level function, so that
+    a layer that carries it can still be pickled whole."""
+    if not _checked_upstream:
+        layer.check_input(*args, **kwargs)
 
 
 def check_arguments_first(check: Callable[..., object]) -> Callable[[F], F]:
