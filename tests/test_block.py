@@ -381,3 +381,18 @@ def test_block_with_explicit_layers_equals_the_fast_block():
     block.ln_1.forward, block.ln_2.forward = block.ln_1.explicit, block.ln_2.explicit
     block.mlp.act = ActivationLayer("gelu_tanh", explicit=True)
     torch.testing.assert_close(block(x), fast, atol=1e-5, rtol=1e-5)
+
+
+def test_a_layer_saved_whole_still_checks_its_input():
+    """The input check runs as a forward pre-hook (outside the forward the chapters show); a
+    module saved whole with torch.save, hook included, loads back and still checks."""
+    import io
+
+    norm = LayerNorm(8)
+    buffer = io.BytesIO()
+    torch.save(norm, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    torch.testing.assert_close(loaded(torch.ones(2, 8)), norm(torch.ones(2, 8)))
+    with pytest.raises(ValueError, match="last dimension must be 8"):
+        loaded(torch.ones(2, 3))

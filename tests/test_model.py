@@ -380,3 +380,34 @@ def test_torch_compile_breaks_the_graph_only_at_the_input_check():
     assert all("item()" in reason for reason in reasons), reasons
     assert where <= {"checks.py"}, where
     dynamo.reset()
+
+
+def test_a_gpt_checks_its_input_once_and_a_layer_on_its_own_checks_its_own(monkeypatch):
+    """The checks run outside the forward methods the chapters display: a GPT's call checks the
+    ids once (not again in each of its 2 blocks' norms and attention), a layer called on its own
+    checks its input, and bad input still gets a clear error."""
+    import tinygpt.model
+    from tinygpt.attention import CausalSelfAttention
+    from tinygpt.block import LayerNorm
+
+    calls = count_calls(monkeypatch, [(GPT, "check_inputs"), (tinygpt.model, "check_token_ids"),
+                                      (CausalSelfAttention, "check_input"),
+                                      (LayerNorm, "check_input")])
+    model = GPT(SMALL)
+    idx = torch.randint(SMALL.vocab_size, (2, 8))
+    model(idx)
+    assert calls == ["GPT.check_inputs", "model.check_token_ids"]
+    calls.clear()
+    model(idx, idx)  # the targets are checked in the same single call
+    assert calls == ["GPT.check_inputs", "model.check_token_ids", "model.check_token_ids"]
+    calls.clear()
+    attention, norm = CausalSelfAttention(SMALL), LayerNorm(SMALL.n_embd)
+    x = torch.randn(2, 8, SMALL.n_embd)
+    attention(norm(x))
+    assert calls == ["LayerNorm.check_input", "CausalSelfAttention.check_input"]
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(idx + SMALL.vocab_size)
+    with pytest.raises(ValueError, match=r"shape \(B, T, C\)"):
+        attention(x[0])
+    with pytest.raises(ValueError, match="last dimension must be 32"):
+        norm(x[..., :5])

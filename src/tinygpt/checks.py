@@ -13,12 +13,15 @@ command-line flags (``tinygpt.cli.preflight``, which words its messages for the 
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import re
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 from contextlib import contextmanager
-from typing import Any, get_args
+from typing import Any, TypeVar, cast, get_args
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # --- one check per call path ---------------------------------------------------------------------
 
@@ -43,6 +46,39 @@ def inputs_checked() -> Iterator[None]:
 def checked_upstream() -> bool:
     """Whether a caller up this call path has checked the input already (``inputs_checked``)."""
     return _checked_upstream
+
+
+def check_input_before_forward(module: Any) -> None:
+    """Make the ``nn.Module`` ``module`` call ``module.check_input`` with the arguments of each
+    call, before its ``forward`` runs (a forward pre-hook), unless a caller up the call path has
+    checked them already (``inputs_checked``: a ``GPT`` checks its ids once, not in every layer).
+    So a layer used on its own gets a clear error for bad input, and its ``forward`` holds only
+    the computation."""
+    module.register_forward_pre_hook(_check_input_first, with_kwargs=True)
+
+
+def _check_input_first(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The forward pre-hook of ``check_input_before_forward``: a module-level function, so that
+    a layer that carries it can still be pickled whole."""
+    if not _checked_upstream:
+        layer.check_input(*args, **kwargs)
+
+
+def check_arguments_first(check: Callable[..., object]) -> Callable[[F], F]:
+    """Decorator: the function calls ``check`` with its own arguments before running, unless a
+    caller up the call path has checked them already (``inputs_checked``: ``generate`` checks
+    the sampling settings once, not at every token)."""
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            if not _checked_upstream:
+                check(*args, **kwargs)
+            return function(*args, **kwargs)
+
+        return cast(F, checked)
+
+    return decorate
 
 
 class ArgumentValueError(ValueError):

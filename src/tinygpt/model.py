@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -160,24 +161,31 @@ class GPT(nn.Module):
         mean cross-entropy. ``caches`` (from ``new_caches(B)``) hold the positions before ``idx``
         and are extended. ``last_only=True`` (sampling) computes only the last position's logits.
         """
-        if not checked_upstream():  # checked once here, so the layers need not check again
-            self.check_inputs(idx, targets, caches, last_only)
         past = 0 if caches is None else caches[0].length  # positions already cached
         B, T = idx.shape
         tok = self.transformer.embed.wte(idx)  # (B, T, C)
         pos = self.transformer.embed.positions(past + T)[past:]  # (T, C): past .. past+T-1
         x = self.transformer.drop(tok + pos)  # (B, T, C)
-        with inputs_checked():
-            for i, block in enumerate(self.transformer.h):
-                x = block(x, cache=None if caches is None else caches[i])  # (B, T, C)
-            if last_only:
-                x = x[:, -1:, :]  # (B, 1, C): the final norm and lm_head act on each position
-            x = self.transformer.ln_f(x)  # (B, T, C), or (B, 1, C)
+        for i, block in enumerate(self.transformer.h):
+            x = block(x, cache=None if caches is None else caches[i])  # (B, T, C)
+        if last_only:
+            x = x[:, -1:, :]  # (B, 1, C): the final norm and lm_head act on each position
+        x = self.transformer.ln_f(x)  # (B, T, C), or (B, 1, C)
         logits = self.lm_head(x)  # (B, T, V), or (B, 1, V)
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))  # scalar
         return logits, loss
+
+    def __call__(self, idx: Tensor, targets: Tensor | None = None,
+                 caches: Sequence[KVCache] | None = None, *,
+                 last_only: bool = False) -> Any:  # as forward's; Any, as nn.Module's call
+        """``model(idx, ...)``: check the arguments once (``check_inputs``), then run ``forward``
+        with the layers' own input checks off, since their input comes from checked ids."""
+        if not checked_upstream():
+            self.check_inputs(idx, targets, caches, last_only)
+        with inputs_checked():
+            return super().__call__(idx, targets, caches, last_only=last_only)
 
     def check_inputs(self, idx: Tensor, targets: Tensor | None,
                      caches: Sequence[KVCache] | None, last_only: bool) -> None:
