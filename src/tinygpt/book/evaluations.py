@@ -1,0 +1,149 @@
+"""The book's evaluations beyond the validation loss, computed once and cached.
+
+``choice_ladder()`` scores every rung of the loss ladder (``tinygpt.book.ladder``) on the
+multiple-choice benchmark (``tinygpt.multiple_choice``), for each kind of cut.
+``genre_comparison()`` classifies speeches by the kind of their play four ways
+(``tinygpt.genre``): naive Bayes on words, a linear probe on the frozen book model, full
+fine-tuning and LoRA. Both are cached like the ladder (``tinygpt.book.results_cache``: keyed by
+their recipe and the source of the code), so a chapter shows them without training anything
+again; ``compute_choice_ladder`` and ``compute_genre_comparison`` compute them afresh (the
+benchmarks in ``benchmarks/`` call these and record the machine beside them).
+
+The accuracies depend only on the seeds; the seconds in ``genre_comparison`` on the machine
+that computed them (one torch thread).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import time
+from typing import Any
+
+import torch
+
+from tinygpt import genre
+from tinygpt import multiple_choice as mc
+from tinygpt.book import ladder, results_cache, trained_model
+from tinygpt.config import TrainConfig
+from tinygpt.lora import add_lora, trainable_parameters
+from tinygpt.model import GPT
+from tinygpt.ngram import NGramModel
+from tinygpt.shakespeare import plays
+
+QUESTIONS = 500  # per kind of cut
+GENRE_TRAIN = TrainConfig(batch_size=32, max_iters=300, learning_rate=1e-3, weight_decay=0.0,
+                          seed=0)
+LORA_RANK = 8
+LORA_LEARNING_RATE = 3e-3  # LoRA's small factors take a larger step than full fine-tuning
+
+
+def rung_log_probs(key: str, train_ids: torch.Tensor, vocab_size: int) -> mc.LogProbs:
+    """The log-probability function of ladder rung ``key`` (a network rung is trained by its
+    ladder recipe)."""
+    if key in ladder.COUNTING:
+        n, smoothing = ladder.COUNTING[key]
+        if n == 0:
+            return mc.uniform_log_probs(vocab_size)
+        return mc.ngram_log_probs(NGramModel(n, vocab_size, smoothing).fit(train_ids))
+    if key in ladder.TRAINED:
+        return mc.network_log_probs(ladder.train_rung(key).model, ladder.BLOCK_SIZE)
+    config = trained_model.BOOK_RECIPE.model
+    if key == "gpt_init":
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(trained_model.BOOK_RECIPE.train.seed)
+            return mc.network_log_probs(GPT(config), config.block_size)
+    return mc.network_log_probs(trained_model.book_model(progress=False).model,
+                                config.block_size)
+
+
+def compute_choice_ladder(size: int = QUESTIONS) -> dict[str, Any]:
+    """Every rung on the benchmark of each cut: its validation loss and its evaluation."""
+    tok, train_ids, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
+    val, train = tok.decode(val_ids.tolist()), tok.decode(train_ids.tolist())
+    benchmarks = {cut: mc.build(val, train, cut=cut, size=size) for cut in mc.CUTS}
+    rows = []
+    for rung in ladder.RUNGS:
+        log_probs = rung_log_probs(rung.key, train_ids, tok.vocab_size)
+        row: dict[str, Any] = {"rung": rung.key, "title": rung.title, "chapter": rung.chapter,
+                               "val_loss": ladder.rung_loss(rung.key)}
+        for cut, questions in benchmarks.items():
+            row[cut] = dataclasses.asdict(mc.evaluate(log_probs, tok, questions))
+        rows.append(row)
+    return {"version": mc.VERSION, "questions": {c: len(q) for c, q in benchmarks.items()},
+            "fingerprints": {c: mc.fingerprint(q) for c, q in benchmarks.items()}, "rows": rows}
+
+
+def compute_genre_comparison() -> dict[str, Any]:
+    """The four classifiers' test accuracy, trainable parameters and seconds (one thread)."""
+    tokenizer = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)[0]
+    every = genre.examples(plays(), length=trained_model.BOOK_RECIPE.model.block_size)
+    test_titles = genre.held_out_titles(plays())
+    train, test = genre.split(every, test_titles)
+    test_labels = [e.label for e in test]
+    rows = []
+
+    def add(method: str, predicted: Any, trainable: int, seconds: float) -> None:
+        rows.append({"method": method, "trainable": trainable, "seconds": seconds,
+                     "accuracy": dataclasses.asdict(genre.accuracy(predicted, test_labels))})
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        start = time.perf_counter()
+        bayes = genre.NaiveBayes().fit([e.text for e in train], [e.label for e in train])
+        add("naive Bayes on words", bayes.predict([e.text for e in test]),
+            sum(len(c) for c in bayes.counts) + len(genre.LABELS), time.perf_counter() - start)
+        base = trained_model.book_model(progress=False).model
+        start = time.perf_counter()
+        probe = genre.SpeechClassifier(copy.deepcopy(base)).requires_grad_(False)
+        probe.head.requires_grad_(True)
+        genre.fit_probe(probe.head, genre.features(probe, train, tokenizer),
+                        torch.tensor([e.label for e in train]))
+        add("linear probe", genre.predict(probe, test, tokenizer), trainable_parameters(probe),
+            time.perf_counter() - start)
+        for method in ("full fine-tuning", f"LoRA, rank {LORA_RANK}"):
+            torch.manual_seed(GENRE_TRAIN.seed)
+            classifier = genre.SpeechClassifier(copy.deepcopy(base))
+            config = GENRE_TRAIN
+            if method.startswith("LoRA"):
+                add_lora(classifier.gpt, rank=LORA_RANK)
+                classifier.head.requires_grad_(True)
+                config = dataclasses.replace(config, learning_rate=LORA_LEARNING_RATE)
+            start = time.perf_counter()
+            genre.fine_tune(classifier, train, tokenizer, config)
+            add(method, genre.predict(classifier, test, tokenizer),
+                trainable_parameters(classifier), time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    counts = [test_labels.count(y) for y in range(len(genre.LABELS))]
+    return {"test_plays": list(test_titles), "train_examples": len(train),
+            "test_examples": len(test), "majority": max(counts) / len(test), "rows": rows}
+
+
+def _cached(name: str, recipe: dict[str, Any], compute: Any) -> dict[str, Any]:
+    recipe = json.loads(json.dumps(recipe))  # as it reads back: tuples are lists in JSON
+    path = results_cache.folder() / (
+        f"{name}-{results_cache.key('book.evaluations', recipe)[:20]}.json")
+    found = results_cache.read_json(path)
+    if isinstance(found, dict) and found.get("recipe") == recipe:
+        return found["result"]
+    result = compute()
+    results_cache.write_json(path, {"recipe": recipe, "result": result})
+    return result
+
+
+def choice_ladder() -> dict[str, Any]:
+    """``compute_choice_ladder()``, from the cache or computed and cached."""
+    recipe = {"questions": QUESTIONS, "version": mc.VERSION,
+              "rungs": [ladder.recipe(r.key) for r in ladder.RUNGS]}
+    return _cached("choice-ladder", recipe, compute_choice_ladder)
+
+
+def genre_comparison() -> dict[str, Any]:
+    """``compute_genre_comparison()``, from the cache or computed and cached."""
+    recipe = {"train": dataclasses.asdict(GENRE_TRAIN), "rank": LORA_RANK,
+              "lora_learning_rate": LORA_LEARNING_RATE,
+              "book_model": dataclasses.asdict(trained_model.BOOK_RECIPE)}
+    return _cached("genre-comparison", recipe, compute_genre_comparison)
