@@ -21,7 +21,8 @@ and task; ``tinygpt exercises --from my_gpt.py`` checks a whole file of your fun
 
 The exercises are defined, chapter by chapter, in ``tokens_to_embeddings`` (chapters 1-4),
 ``attention_to_gpt`` (5-7), ``training_and_sampling`` (8-9), ``scaling_to_corpora``
-(10-13) and ``fine_tuning`` (14); ``grading`` runs them, ``comparison`` compares results, ``workbook`` reads a file.
+(10-13) and ``fine_tuning`` (14); ``grading`` runs them, ``comparison`` compares results,
+``workbook`` reads a file.
 """
 
 from __future__ import annotations
