@@ -56,7 +56,7 @@ def test_muon_takes_torchs_steps(nesterov, adjust_lr_fn, weight_decay):
     ours, theirs = twin_params(1)
     kwargs = dict(lr=0.02, weight_decay=weight_decay, momentum=0.9, nesterov=nesterov,
                   adjust_lr_fn=adjust_lr_fn)
-    opts = [Muon(ours, **kwargs), torch.optim.Muon(theirs, **kwargs)]
+    opts = [Muon(ours, ns_dtype="bfloat16", **kwargs), torch.optim.Muon(theirs, **kwargs)]
     start = [p.detach().clone() for p in ours]
     run_steps(opts, (ours, theirs), 6, seed=2, lr_schedule=[0.02, 0.03, 0.01, 0.02, 0.02, 0.005])
     for a, b, s in zip(ours, theirs, start, strict=True):
@@ -68,7 +68,7 @@ def test_muon_takes_torchs_steps(nesterov, adjust_lr_fn, weight_decay):
 
 def test_muons_defaults_are_torchs():
     ours, theirs = twin_params(3)
-    opts = [Muon(ours), torch.optim.Muon(theirs)]
+    opts = [Muon(ours, ns_dtype="bfloat16"), torch.optim.Muon(theirs)]
     for key in ("lr", "weight_decay", "momentum", "nesterov", "eps", "ns_steps", "adjust_lr_fn"):
         assert opts[0].defaults[key] == opts[1].defaults[key], key
     assert tuple(opts[0].defaults["ns_coefficients"]) == tuple(opts[1].defaults["ns_coefficients"])

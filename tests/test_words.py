@@ -127,13 +127,33 @@ def test_the_word_cache_stays_bounded(tokenizer, monkeypatch):
     long = " " + "x" * stream.LONGEST_WORD
     text = " ".join(f"w{i}" for i in range(500)) + long
     assert cache.encode(text).tolist() == tokenizer._encode_chunks(text)
-    assert 0 < len(cache) <= 50
+    assert 0 < len(cache) <= 50 and len(cache.spaced) <= 50
+    assert (len(cache.spaced) > 0) == cache.by_pieces == (name == "gpt4")
     assert long not in cache and long[:-1] in words(long[:-1], name)
+    longer = "y" * (stream.LONGEST_WORD + 1)  # a piece after a space, longer than LONGEST_WORD
+    assert cache.encode("a " + longer).tolist() == tokenizer._encode_chunks("a " + longer)
+    assert longer not in cache.spaced
+    words_text = "".join(f"\nw{i}" for i in range(500))  # no spaces: one piece, word by word
+    assert cache.encode(words_text).tolist() == tokenizer._encode_chunks(words_text)
+    assert 0 < len(cache) <= 50
+
+
+def test_a_cached_piece_is_right_in_every_context(tokenizer):
+    """A piece that ends a text (here with whitespace, which GPT-4's ``\\s++$`` splits apart) is
+    cached; the same letters met again before a space, after a space after whitespace, or at
+    the start must still give the chunks of their own text."""
+    twin = tiktoken.Encoding("twin", pat_str=tokenizer.pattern, special_tokens={},
+                             mergeable_ranks={t: i for i, t in enumerate(tokenizer.tokens)})
+    texts = ["go to!\n\n", "go to!\n\n go", "to!\n\n", "go  to!\n\n", "go to!\n\nx to!",
+             " to!\n\n", "go\n to!\n\n", "go to! to!\n\n\n", "go to!\n\n"]
+    for text in texts:  # one tokenizer: each text meets the caches the ones before it filled
+        assert tokenizer.encode_ordinary(text) == twin.encode_ordinary(text), text
+    assert ("to!\n\n" in tokenizer._words.spaced) == (tokenizer.pattern == GPT4_PATTERN)
 
 
 def test_a_pickled_tokenizer_leaves_its_caches_behind(tokenizer):
     tokenizer.encode_ordinary(TRAINING)
-    assert len(tokenizer._words) > 10
+    assert len(tokenizer._words) + len(tokenizer._words.spaced) > 10
     copy = pickle.loads(pickle.dumps(tokenizer))
-    assert len(copy._words) == 0 and copy._cache == {}
+    assert len(copy._words) == 0 and len(copy._words.spaced) == 0 and copy._cache == {}
     assert copy.encode_ordinary(TRAINING) == tokenizer.encode_ordinary(TRAINING)

@@ -237,6 +237,7 @@ def train_merges(chunks: Mapping[str | bytes | tuple[int, ...], int]
 # Pieces longer than this (in bytes) use the heap version of encode_chunk: the simple
 # version is quadratic, which only matters for very long chunks (e.g. no pre-split).
 _LONG_CHUNK = 512
+_SINGLE_BYTES = [bytes([b]) for b in range(256)]
 
 
 def encode_chunk(piece: bytes, ranks: Mapping[bytes, int]) -> list[int]:
@@ -248,11 +249,11 @@ def encode_chunk(piece: bytes, ranks: Mapping[bytes, int]) -> list[int]:
         return [whole]
     if len(piece) > _LONG_CHUNK:
         return _encode_long_chunk(piece, ranks)
-    parts = [piece[i:i + 1] for i in range(len(piece))]
+    parts = list(map(_SINGLE_BYTES.__getitem__, piece))  # the single bytes, as bytes
     none = len(ranks) + 1  # larger than any rank: "not mergeable"
     get = ranks.get
     # pair_rank[i] is the rank of parts[i] + parts[i + 1]
-    pair_rank = [get(parts[i] + parts[i + 1], none) for i in range(len(parts) - 1)]
+    pair_rank = [get(a + b, none) for a, b in pairwise(parts)]
     while pair_rank:
         best = min(pair_rank)
         if best == none:
@@ -264,7 +265,7 @@ def encode_chunk(piece: bytes, ranks: Mapping[bytes, int]) -> list[int]:
             pair_rank[i - 1] = get(parts[i - 1] + parts[i], none)
         if i < len(pair_rank):
             pair_rank[i] = get(parts[i] + parts[i + 1], none)
-    return [ranks[p] for p in parts]
+    return list(map(ranks.__getitem__, parts))
 
 
 def _encode_long_chunk(piece: bytes, ranks: Mapping[bytes, int]) -> list[int]:

@@ -17,8 +17,9 @@ non-space character into whitespace (but GPT-4's punctuation-with-line-breaks, `
 a space after a non-space character (``split_at_spaces``, ``word_cut``: C string methods), and
 the start of every *word*, a run of whitespace and then of other characters (``words``; GPT-4
 also ends a word after punctuation and its line breaks). A word always splits into the same
-chunks, so ``WordCache`` encodes each distinct word once. Special tokens are cut out of the
-stream first (``special_pieces``), with ``encode``'s rules. This module does not read files.
+chunks, so ``WordCache`` encodes each distinct word, and each distinct piece between spaces
+(``SpacedPieces``), once. Special tokens are cut out of the stream first (``special_pieces``),
+with ``encode``'s rules. This module does not read files.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ UINT32 = next(code for code in "IL" if array(code).itemsize == 4)  # array's uns
 _SPACE_CUT = regex.compile(r"(?<=\S) ")  # a space after a non-space character
 _SPACE_AFTER_SPACE = regex.compile(r"\s ")  # where text.split(" ") would cut elsewhere
 _SPACE = regex.compile(r"\s")  # whitespace as the patterns' \s sees it
+_SPACE_KEPT = regex.compile(r"(?<=\s) ")  # a space after whitespace: split_at_spaces keeps it
+SPACES_KEPT_SPLIT = 64  # more spaces after whitespace than this: split_at_spaces by regex
 # GPT-2's words in the standard library's re, 1.5x faster than regex here: its \s also takes
 # \x1c-\x1f, which regex's (the patterns') does not, so they are named
 _WS, _NON_WS = r"[^\S\x1c-\x1f]", r"[\S\x1c-\x1f]"
@@ -107,7 +110,18 @@ def split_at_spaces(text: str) -> list[str]:
     pattern ``pieces[0]`` and each ``" " + p`` split into the chunks ``text`` has there."""
     if _SPACE_AFTER_SPACE.search(text) is None:  # every space follows a non-space (or starts)
         return text.split(" ")  # 3x faster than the regex; a leading space gives pieces[0] ""
-    return _SPACE_CUT.split(text)
+    kept = [found.start() for found in _SPACE_KEPT.finditer(text)]  # spaces that are no cut
+    if len(kept) > SPACES_KEPT_SPLIT:
+        return _SPACE_CUT.split(text)
+    pieces: list[str] = []
+    for start, end in pairwise([-1, *kept, len(text)]):  # split between them, join across
+        part = text[start + 1:end].split(" ")
+        if pieces:
+            pieces[-1] += " " + part[0]
+            pieces += part[1:]
+        else:
+            pieces = part
+    return pieces
 
 
 def words(text: str, pattern: str) -> list[str]:
@@ -125,16 +139,47 @@ def word_cut(buffer: str) -> int:
     return max(cut, 0)
 
 
+class SpacedPieces(dict):
+    """``WordCache``'s first level: the ids (bytes of uint32) of ``" " + piece`` for each piece
+    met, from the words' ids (``word_ids``, ``split``): a text's pieces between spaces repeat as
+    its words do, and a lookup per piece is cheaper than a regular expression per word. A piece
+    without whitespace is one word, found without the regular expression. At most
+    ``WORDS_KEPT`` are kept (then it is emptied); a piece longer than ``LONGEST_WORD`` is
+    encoded, not kept."""
+
+    def __init__(self, word_ids: Callable[[str], bytes],
+                 encode_text: Callable[[str], list[int]]) -> None:
+        super().__init__()
+        self.word_ids, self.encode_text = word_ids, encode_text
+
+    def __missing__(self, piece: str) -> bytes:
+        spaced = " " + piece
+        if len(piece.split(None, 1)) == 1:  # no whitespace (str's, a superset of \s): one word
+            ids = self.word_ids(spaced)
+        else:  # several words, often met only here: their chunks at once
+            ids = array(UINT32, self.encode_text(spaced)).tobytes()
+        if len(piece) <= LONGEST_WORD:
+            if len(self) >= WORDS_KEPT:
+                self.clear()
+            self[piece] = ids
+        return ids
+
+
 class WordCache(dict):
     """The ids of each *word* met so far (``words``), made by ``encode_text`` on first use and
-    kept as the bytes of unsigned 32-bit ints, so that ``encode(text)`` (an ``array``) is one
-    dictionary lookup a word and one ``b"".join``: it equals ``encode_text(text)`` for GPT-2's
-    and GPT-4's pattern (``pattern``: ``"gpt2"`` or ``"gpt4"``). At most ``WORDS_KEPT`` words
-    are kept (then it is emptied); a long one is encoded, not kept."""
+    kept as the bytes of unsigned 32-bit ints, and for GPT-4's pattern (``spaced``,
+    ``SpacedPieces``) those of each piece after a space, so that ``encode(text)`` (an
+    ``array``) is one dictionary lookup a word or piece and one ``b"".join``: it equals
+    ``encode_text(text)`` for GPT-2's and GPT-4's pattern (``pattern``: ``"gpt2"`` or
+    ``"gpt4"``). At most ``WORDS_KEPT`` words are kept (then it is emptied); a long one is
+    encoded, not kept."""
 
     def __init__(self, encode_text: Callable[[str], list[int]], pattern: str) -> None:
         super().__init__()
         self.encode_text, self.words = encode_text, _WORDS[pattern].findall
+        self.spaced = SpacedPieces(self.__getitem__, encode_text)  # " " + piece -> ids
+        # GPT-2's words come from the standard re, about as fast as cutting at spaces
+        self.by_pieces = pattern != "gpt2"
 
     def __missing__(self, word: str) -> bytes:
         ids = array(UINT32, self.encode_text(word)).tobytes()
@@ -145,10 +190,22 @@ class WordCache(dict):
         return ids
 
     def encode(self, text: str) -> array:
-        """The ids of ``text``, each of its ``run_pieces`` on its own."""
+        """The ids of ``text``, each of its ``run_pieces`` on its own: for GPT-2's pattern word
+        by word; for GPT-4's (``by_pieces``) cut at the spaces that follow a non-space
+        (``split_at_spaces``), the first piece word by word and each other ``" " + piece``
+        looked up whole in ``spaced`` (a piece that ends a text may end in
+        whitespace, which GPT-4's ``\\s++$`` splits apart, but any other piece ends before a
+        space, on a non-space, so a piece splits the same wherever it is met)."""
         get = self.__getitem__
-        return array(UINT32, b"".join([b"".join(map(get, self.words(piece)))
-                                       for piece in run_pieces(text)]))
+        if not self.by_pieces:
+            return array(UINT32, b"".join([b"".join(map(get, self.words(piece)))
+                                           for piece in run_pieces(text)]))
+        out = []
+        for run_piece in run_pieces(text):
+            first, *rest = split_at_spaces(run_piece)
+            out.append(b"".join(map(get, self.words(first))))
+            out.append(b"".join(map(self.spaced.__getitem__, rest)))
+        return array(UINT32, b"".join(out))
 
 
 def ready_prefix(buffer: str, split: Callable[[str], list[str]]) -> int:

@@ -32,7 +32,7 @@ from tinygpt.checks import (
     check_int,
     check_text,
 )
-from tinygpt.stream import UINT32, StreamEncoding, WordCache, run_pieces
+from tinygpt.stream import LONGEST_RUN, UINT32, StreamEncoding, WordCache, run_pieces
 
 
 def _check_chars(chars: Sequence[str]) -> list[str]:
@@ -252,7 +252,8 @@ class BPETokenizer(StreamEncoding):
 
     def _encode_chunks(self, text: str) -> list[int]:
         chunks: list[str] = []
-        for piece in run_pieces(text) if text else []:  # long runs cut (tinygpt.stream)
+        # long runs cut (tinygpt.stream); a text no longer than a run has none to cut
+        for piece in run_pieces(text) if len(text) > LONGEST_RUN else [text] if text else []:
             found = self.pre_split(piece) if self.pre_split else [piece]
             if not self._covers:
                 check_covered(found, piece, self.pattern)
