@@ -411,3 +411,23 @@ def test_a_gpt_checks_its_input_once_and_a_layer_on_its_own_checks_its_own(monke
         attention(x[0])
     with pytest.raises(ValueError, match="last dimension must be 32"):
         norm(x[..., :5])
+
+
+def test_an_attention_only_model_checks_its_ids_once_and_its_layers_do_not_again(monkeypatch):
+    import tinygpt.attention
+    import tinygpt.block
+    import tinygpt.embedding
+    from tinygpt.small_models import AttentionOnly
+
+    calls = count_calls(monkeypatch, [(tinygpt.attention, "check_attention_input"),
+                                   (tinygpt.block, "_check_width"),
+                                   (tinygpt.embedding, "check_token_ids")])
+    model = AttentionOnly(replace(SMALL, norm="rmsnorm"))
+    logits = model(torch.zeros(2, 5, dtype=torch.long))
+    assert logits.shape == (2, 5, SMALL.vocab_size)
+    assert calls == ["embedding.check_token_ids"]  # the ids, once; no layer checks again
+    with pytest.raises(ValueError, match="vocab"):
+        model(torch.full((1, 3), SMALL.vocab_size))
+    calls.clear()
+    model.transformer.h[0](torch.zeros(1, 3, SMALL.n_embd))  # a layer alone checks its input
+    assert "attention.check_attention_input" in calls

@@ -15,6 +15,7 @@ which budget each rung gets is decided in ``tinygpt.book.ladder``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -105,11 +106,16 @@ class AttentionOnly(nn.Module):
 
     def forward(self, idx: Tensor, targets: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         x = self.transformer.embed(idx)  # (B, T, C), the ids checked here
-        with inputs_checked():  # so the layers need not check again
-            for layer in self.transformer.h:
-                x = layer(x)  # (B, T, C)
-            x = self.transformer.ln_f(x)  # (B, T, C)
+        for layer in self.transformer.h:
+            x = layer(x)  # (B, T, C)
+        x = self.transformer.ln_f(x)  # (B, T, C)
         return _output(self.lm_head(x), targets)  # (B, T, V)
+
+    def __call__(self, idx: Tensor, targets: Tensor | None = None) -> Any:  # as nn.Module's
+        """``model(idx, targets)``: ``forward`` with the layers' own input checks off, since
+        their input comes from ids the embedding has checked."""
+        with inputs_checked():
+            return super().__call__(idx, targets)
 
 
 def fit(model: nn.Module, train_ids: Tensor, block_size: int, config: TrainConfig) -> list[float]:
