@@ -27,7 +27,7 @@ import math
 import random
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -193,23 +193,24 @@ def batch(found: Sequence[Example], tokenizer: Tokenizer) -> tuple[Tensor, Tenso
     return idx, lengths, torch.tensor([e.label for e in found])
 
 
-def _batches(found: Sequence[Example], tokenizer: Tokenizer,
-             batch_size: int) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
-    for start in range(0, len(found), batch_size):
-        yield batch(found[start:start + batch_size], tokenizer)
-
-
 @torch.no_grad()
-def features(classifier: SpeechClassifier, found: Sequence[Example], tokenizer: Tokenizer,
-             batch_size: int = 256) -> Tensor:
-    """The ``(N, C)`` features of every example (the model in eval mode)."""
+def _over_batches(classifier: SpeechClassifier, found: Sequence[Example], tokenizer: Tokenizer,
+                  batch_size: int, compute: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+    """``compute(idx, lengths)`` on each batch of ``found``, joined: the classifier in eval mode
+    and without gradients, its mode restored after."""
     was_training = classifier.training
     classifier.eval()
     try:
-        return torch.cat([classifier.features(idx, lengths)
-                          for idx, lengths, _ in _batches(found, tokenizer, batch_size)])
+        return torch.cat([compute(*batch(found[start:start + batch_size], tokenizer)[:2])
+                          for start in range(0, len(found), batch_size)])
     finally:
         classifier.train(was_training)
+
+
+def features(classifier: SpeechClassifier, found: Sequence[Example], tokenizer: Tokenizer,
+             batch_size: int = 256) -> Tensor:
+    """The ``(N, C)`` features of every example (the model in eval mode)."""
+    return _over_batches(classifier, found, tokenizer, batch_size, classifier.features)
 
 
 def fit_probe(head: nn.Linear, inputs: Tensor, labels: Tensor, *, weight_decay: float = 1e-3,
@@ -273,14 +274,8 @@ def accuracy(predicted: Sequence[int] | Tensor, labels: Sequence[int] | Tensor) 
     return Accuracy(right / len(labels), *wilson_interval(right, len(labels)), len(labels))
 
 
-@torch.no_grad()
 def predict(classifier: SpeechClassifier, found: Sequence[Example], tokenizer: Tokenizer,
             batch_size: int = 256) -> Tensor:
     """The most likely label of every example, ``(N,)``."""
-    was_training = classifier.training
-    classifier.eval()
-    try:
-        return torch.cat([classifier(idx, lengths).argmax(-1)
-                          for idx, lengths, _ in _batches(found, tokenizer, batch_size)])
-    finally:
-        classifier.train(was_training)
+    return _over_batches(classifier, found, tokenizer, batch_size,
+                         lambda idx, lengths: classifier(idx, lengths).argmax(-1))
