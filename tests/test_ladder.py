@@ -25,7 +25,7 @@ from tinygpt.small_models import AttentionOnly, ContextMLP
 
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
 # The chapters whose notebooks glue their rungs; chapters 7 and 8 glue theirs in another branch.
-GLUED_CHAPTERS = (2, 4, 5, 6, 7, 8)
+GLUED_CHAPTERS = (2, 4, 5, 6, 7, 8, 12)
 
 
 def ngram_reference(train: list[int], val: list[int], n: int, k: float, V: int) -> float:
@@ -93,7 +93,8 @@ def test_every_rung_is_scored_on_book_datas_validation_split(ladder_corpus, monk
     monkeypatch.setattr(ladder, "score", recording_score)
     monkeypatch.setattr(ladder, "fit", recording_fit)
     monkeypatch.setattr(trained_model, "book_model", lambda *a, **k: pytest.fail("not this one"))
-    losses = {key: ladder.rung_loss(key) for key in ladder.KEYS if key != "book_model"}
+    losses = {key: ladder.rung_loss(key) for key in ladder.KEYS
+              if key not in ("book_model", "modern_model")}
     assert set(calls) == {"shakespeare"}  # the book's corpus, nothing else
     names = {name for name, _, _ in scored}
     assert names == {"ContextMLP", "AttentionOnly", "GPT"}
@@ -112,6 +113,25 @@ def test_the_book_model_rung_is_the_book_models_whole_split_loss(ladder_corpus, 
     monkeypatch.setattr(trained_model, "book_model", lambda *a, **k: Found())
     assert ladder.rung_loss("book_model") == 1.2345
     assert [loss for rung, loss in ladder.ladder() if rung.key == "book_model"] == [1.2345]
+
+
+def test_the_modern_rung_is_the_modern_recipes_model_and_comes_after_chapter_8(ladder_corpus,
+                                                                                monkeypatch):
+    asked = []
+
+    def book_model(recipe=trained_model.BOOK_RECIPE, **_):
+        asked.append(recipe)
+        return type("Found", (), {"val_loss": 1.25 if recipe is trained_model.MODERN_RECIPE
+                                  else 1.5})()
+
+    monkeypatch.setattr(trained_model, "book_model", book_model)
+    assert ladder.rung_loss("modern_model") == 1.25
+    assert asked == [trained_model.MODERN_RECIPE]
+    assert ladder.recipe("modern_model")["recipe"]["train"]["optimizer"] == "muon"
+    assert [r.key for r, _ in ladder.ladder(through=8)][-1] == "book_model"
+    assert [r.key for r, _ in ladder.ladder()][-2:] == ["book_model", "modern_model"]
+    with pytest.raises(TypeError, match="through"):
+        ladder.ladder(through="8")
 
 
 def counting(monkeypatch, name):
@@ -190,7 +210,8 @@ def test_unknown_keys_raise_a_clear_error(call, bad):
 
 def test_the_rungs_are_in_the_books_order():
     assert ladder.KEYS == ("uniform", "unigram", "bigram", "ngram", "context_mlp",
-                           "attention_only", "one_block", "gpt_init", "book_model")
+                           "attention_only", "one_block", "gpt_init", "book_model",
+                           "modern_model")
     chapters = [r.chapter for r in ladder.RUNGS]
     assert chapters == sorted(chapters)
     assert all(r.title and r.buys.endswith(".") for r in ladder.RUNGS)
@@ -242,7 +263,7 @@ def test_the_rung_models_map_ids_to_logits_and_reject_bad_input(make):
         model(idx.float())
 
 
-@pytest.mark.parametrize("rung", ladder.RUNGS, ids=lambda r: r.key)
+@pytest.mark.parametrize("rung", [r for r in ladder.RUNGS if r.chapter <= 8], ids=lambda r: r.key)
 def test_chapter_8s_ladder_shows_the_value_the_building_chapter_printed(rung):
     """Chapter 8's table (glued ladder8_<key>) is each rung's value from its own chapter."""
     by_chapter = {int(nb.name[:2]): glued(nb) for nb in CHAPTERS.glob("[0-9][0-9]_*.ipynb")}

@@ -54,8 +54,9 @@ def rung_log_probs(key: str, train_ids: torch.Tensor, vocab_size: int) -> mc.Log
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(trained_model.BOOK_RECIPE.train.seed)
             return mc.network_log_probs(GPT(config), config.block_size)
-    return mc.network_log_probs(trained_model.book_model(progress=False).model,
-                                config.block_size)
+    recipe = ladder.trained_recipe(key)  # the book's model or the modern one
+    return mc.network_log_probs(trained_model.book_model(recipe, progress=False).model,
+                                recipe.model.block_size)
 
 
 def compute_choice_ladder(size: int = QUESTIONS) -> dict[str, Any]:

@@ -1,19 +1,19 @@
 """The book's loss ladder: every model the book builds, scored on the same validation text.
 
-A *rung* is one model of the book, from a uniform guess to the book's trained GPT. ``RUNGS`` lists
-them in order, with the chapter that builds each and what it buys over the one before.
+A *rung* is one model of the book, from a uniform guess to the modern GPT of chapter 12. ``RUNGS``
+lists them in order, with the chapter that builds each and what it buys over the one before.
 ``rung_loss(key)`` is a rung's loss in nats per character over *every* prediction of the validation
 split of ``trained_model.book_data()`` (the last 10% of the complete plays): the counting models by
 exact counting, the networks by ``tinygpt.book.scoring.score``. Each result is cached
 (``tinygpt.book.results_cache``, keyed by the rung's recipe and the source of the code), so chapter
-8 lists the ladder without training anything again. ``train_rung(key)`` trains a network rung by its
-fixed, seeded recipe and returns the model, so that the chapter that builds a rung shows the very
-model the ladder scores. The three small networks share one budget, ``RUNG_TRAIN`` (the same steps
-and batches), at the sizes their chapters give them, not at equal parameter counts: the ladder
-shows what each model as built buys, not what more training buys.
+8 lists the ladder (``ladder(through=8)``) without training anything again. ``train_rung(key)``
+trains a network rung by its fixed, seeded recipe and returns the model, so that the chapter that
+builds a rung shows the very model the ladder scores. The three small networks share one budget,
+``RUNG_TRAIN`` (the same steps and batches), at the sizes their chapters give them, not at equal
+parameter counts: the ladder shows what each model as built buys, not what more training buys.
 
-The book's model itself is trained and cached by ``tinygpt.book.trained_model``; this module only
-reads its loss. Drawing the table is the chapter's job.
+The book's model and the modern one are trained and cached by ``tinygpt.book.trained_model``; this
+module only reads their losses. Drawing the table is the chapter's job.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from torch import nn
 
 from tinygpt.book import results_cache, trained_model
 from tinygpt.book.scoring import score
+from tinygpt.checks import check_int
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.ngram import NGramModel
@@ -84,6 +85,9 @@ RUNGS: tuple[Rung, ...] = (
          f"A GPT of {trained_model.BOOK_RECIPE.model.n_layer} blocks, a context of "
          f"{trained_model.BOOK_RECIPE.model.block_size} and minutes of training: "
          "the book's model."),
+    Rung("modern_model", 12, "the modern GPT, trained",
+         f"Chapter 12's changes and {trained_model.MODERN_RECIPE.model.n_layer} blocks in the same "
+         "budget of about three minutes on 2 cores."),
 )
 KEYS = tuple(r.key for r in RUNGS)
 
@@ -118,8 +122,8 @@ def recipe(key: str) -> dict[str, Any]:
     elif key == "gpt_init":
         out["model"] = dataclasses.asdict(trained_model.BOOK_RECIPE.model)
         out["seed"] = trained_model.BOOK_RECIPE.train.seed
-    else:  # book_model: cached by tinygpt.book.trained_model under its own recipe
-        out["recipe"] = dataclasses.asdict(trained_model.BOOK_RECIPE)
+    else:  # book_model, modern_model: cached by tinygpt.book.trained_model under their recipes
+        out["recipe"] = dataclasses.asdict(trained_recipe(key))
     return out
 
 
@@ -182,9 +186,16 @@ def train_rung(key: str) -> TrainedRung:
     return TrainedRung(key, model, loss, train_losses, train_s)
 
 
+def trained_recipe(key: str) -> trained_model.Recipe:
+    """The recipe of the rung ``key`` that ``tinygpt.book.trained_model`` trains and caches."""
+    recipes = {"book_model": trained_model.BOOK_RECIPE,
+               "modern_model": trained_model.MODERN_RECIPE}
+    return recipes[_check_key(key, tuple(recipes))]
+
+
 def _compute(key: str) -> float:
-    if key == "book_model":
-        return trained_model.book_model().val_loss
+    if key in ("book_model", "modern_model"):
+        return trained_model.book_model(trained_recipe(key)).val_loss
     if key in TRAINED:
         return train_rung(key).loss
     tok, train_ids, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
@@ -202,7 +213,7 @@ def rung_loss(key: str) -> float:
     """Rung ``key``'s loss (nats per character) over every prediction of the book's validation
     split: from the cache, or computed (a network rung is trained) and cached."""
     _check_key(key)
-    if key == "book_model":  # tinygpt.book.trained_model caches the model and its loss
+    if key in ("book_model", "modern_model"):  # trained_model caches the model and its loss
         return _compute(key)
     path = _path(key)
     found = results_cache.read_json(path)  # None if missing or corrupt
@@ -218,6 +229,10 @@ def rung_loss(key: str) -> float:
     return loss
 
 
-def ladder() -> list[tuple[Rung, float]]:
-    """Every rung in order with its loss, computing (and caching) those not cached yet."""
-    return [(rung, rung_loss(rung.key)) for rung in RUNGS]
+def ladder(through: int | None = None) -> list[tuple[Rung, float]]:
+    """Every rung in order with its loss, computing (and caching) those not cached yet;
+    ``through``: only the rungs built by that chapter and the ones before it."""
+    if through is not None:
+        check_int(through, "through")
+    return [(rung, rung_loss(rung.key)) for rung in RUNGS
+            if through is None or rung.chapter <= through]

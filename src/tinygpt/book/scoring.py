@@ -26,6 +26,7 @@ def score(model: nn.Module, ids: Tensor, block_size: int, batch_size: int = 32) 
     ``GPT`` does); it runs in eval mode without gradients and is left in the mode it was in.
     ``ids``: a 1-D integer tensor (or list) of at least 2 ids; for a model with a ``config``
     (a ``GPT``), ids must be in its vocabulary and ``block_size`` at most its context length.
+    The windows are moved to the device of the model's parameters (a GPU, say).
     """
     check_instance(model, nn.Module, "model")
     check_int(block_size, "block_size")
@@ -51,7 +52,9 @@ def score(model: nn.Module, ids: Tensor, block_size: int, batch_size: int = 32) 
                       for i in range(0, len(x), batch_size)]
             if full < n:  # the last, shorter window
                 pieces.append((ids[full:n][None], ids[full + 1 : n + 1][None]))
+            device = next(model.parameters(), torch.empty(0)).device
             for xb, yb in pieces:
+                xb, yb = xb.to(device), yb.to(device)
                 out = model(xb)
                 logits = out[0] if isinstance(out, tuple) else out  # (B, T, V)
                 total += F.cross_entropy(logits.flatten(0, 1), yb.flatten(),

@@ -1,0 +1,258 @@
+"""The modern book model's recipe, chosen by measurement (issue: the modern book model at 1.50).
+
+The book's model (``BOOK_RECIPE``, chapter 8) trains for about three minutes on 2 CPU cores. The
+modern book model gets the same budget -- the same corpus, split and whole-split scoring -- and
+chapter 12's changes (RoPE, ReLU², QK-norm, zero-initialised projections, RMSNorm, Muon). Which
+depth, width, context, batch and learning rate spend three minutes best is a search, and the
+search runs in two places:
+
+1. ``--time`` (on the CPU the budget is set on, 2 threads): the milliseconds per training step of
+   every candidate *shape* (``SHAPES``), the median of ``--timing-steps`` steps; written to
+   ``--timings``. Learning rates do not change a step's time, so shapes are timed once.
+2. ``--train`` (anywhere, e.g. a GPU: the loss after N steps does not depend on the device that
+   took them, up to rounding): every candidate (a shape from the timings and a learning rate from
+   ``LEARNING_RATES``) trained for the number of steps the budget buys on that CPU
+   (``--budget-s`` / its time per step, schedule decayed to 0 at that step), then scored on the
+   whole validation split; ``--jobs`` candidates at a time, one process each. Written to
+   ``--out``, one JSON object per candidate as it finishes.
+
+Chapter 12's ``MODERN_RECIPE`` is the best candidate, retrained on the CPU by
+``tinygpt.book.trained_model.book_model`` (which records its own time and loss); ``--cpu-seeds``
+trains it with several seeds here, for the spread (``results/modern_book_seeds.json``), and
+``--gpu-scale`` trains the book's recipe and the modern one at nanoGPT's shakespeare-char size.
+
+Usage: python benchmarks/modern_book.py --cpu-seeds 1337 1338 1339   (about 10 minutes)
+       python benchmarks/modern_book.py --time --timings benchmarks/results/modern_book_timings.json
+       python benchmarks/modern_book.py --train --timings ... --device cuda --jobs 12 \
+           --out sweep.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+from _bookrun import step_times  # benchmarks/_bookrun.py
+
+from tinygpt.book.scoring import score
+from tinygpt.book.trained_model import BOOK_RECIPE, book_data
+from tinygpt.config import GPTConfig, TrainConfig
+from tinygpt.model import GPT
+from tinygpt.train import train
+
+MODERN_PARTS = {"positional": "rope", "activation": "relu2", "qk_norm": True,
+                "zero_init_proj": True, "norm": "rmsnorm"}
+# (n_layer, n_embd, n_head, block_size, batch_size): the shapes timed and searched
+SHAPES = [(2, 128, 4, 128, 16), (2, 128, 4, 128, 32), (2, 128, 4, 256, 16), (2, 192, 6, 128, 16),
+          (2, 256, 4, 128, 16), (3, 128, 4, 128, 16), (3, 192, 6, 128, 16), (4, 128, 4, 128, 16),
+          (4, 128, 4, 64, 32), (3, 160, 5, 128, 16), (2, 160, 5, 128, 16), (2, 128, 4, 64, 32),
+          (4, 192, 6, 128, 16), (6, 128, 4, 128, 16), (2, 128, 4, 128, 8), (3, 128, 4, 128, 32)]
+LEARNING_RATES = (3e-3, 6e-3, 1e-2, 1.5e-2)
+
+
+def shape_name(shape: tuple[int, ...]) -> str:
+    n_layer, n_embd, n_head, block, batch = shape
+    return f"L{n_layer}-C{n_embd}-H{n_head}-T{block}-B{batch}"
+
+
+def configs(shape: tuple[int, ...], lr: float, steps: int, seed: int = 1337,
+            device: str = "cpu", model_changes: dict | None = None,
+            train_changes: dict | None = None) -> tuple[GPTConfig, TrainConfig]:
+    """The modern model of this shape, and the book's training settings with Muon, ``lr`` and
+    ``steps`` (warm-up 100 steps, cosine decay to 0 at the last step); then ``model_changes``
+    and ``train_changes`` (fields of GPTConfig and TrainConfig that change no step's time)."""
+    n_layer, n_embd, n_head, block, batch = shape
+    model = replace(BOOK_RECIPE.model, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
+                    block_size=block, **MODERN_PARTS, **(model_changes or {}))
+    cfg = replace(BOOK_RECIPE.train, batch_size=batch, max_iters=steps, lr_decay_iters=None,
+                  learning_rate=lr, min_lr=0.0, optimizer="muon", seed=seed, device=device,
+                  eval_interval=max(steps // 10, 1), **(train_changes or {}))
+    return model, cfg
+
+
+def time_shapes(args: argparse.Namespace) -> None:
+    _, train_ids, val_ids = book_data()
+    rows = {}
+    load = os.getloadavg()
+    for shape in SHAPES:
+        model, cfg = configs(shape, 6e-3, 100)
+        times = step_times(model, cfg, train_ids, val_ids, args.timing_steps)
+        rows[shape_name(shape)] = {"shape": shape, "median_ms": statistics.median(times)}
+        print(shape_name(shape), f"{rows[shape_name(shape)]['median_ms']:.1f} ms", flush=True)
+    book = step_times(BOOK_RECIPE.model, BOOK_RECIPE.train, train_ids, val_ids,
+                      args.timing_steps)
+    out = {"command": "python " + " ".join(sys.argv), "machine": machine(),
+           "threads": torch.get_num_threads(), "load_start": load, "load_end": os.getloadavg(),
+           "book_recipe_ms": statistics.median(book), "shapes": rows}
+    print(f"book recipe {out['book_recipe_ms']:.1f} ms")
+    Path(args.timings).write_text(json.dumps(out, indent=1) + "\n")
+
+
+def machine() -> str:
+    return (f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+            f"{platform.processor() or platform.platform()}")
+
+
+def run_one(job: dict) -> dict:
+    torch.set_num_threads(1)
+    _, train_ids, val_ids = book_data()
+    model_cfg, cfg = configs(tuple(job["shape"]), job["lr"], job["steps"], job["seed"],
+                             job["device"], job.get("model_changes"), job.get("train_changes"))
+    torch.manual_seed(cfg.seed)
+    start = time.perf_counter()
+    model = GPT(model_cfg)
+
+    def report(record: dict, _: GPT) -> None:  # a run cut short still leaves its curve in the log
+        if "val_loss" in record:
+            print(f"{job['name']} lr {job['lr']:g} {job.get('tag', '')} step {record['step']} "
+                  f"val {record['val_loss']:.4f}", flush=True)
+
+    history = train(model_cfg, cfg, train_ids, val_ids, model=model, progress=False,
+                    callback=report)
+    seconds = time.perf_counter() - start
+    whole = score(model, val_ids, model_cfg.block_size)
+    curve = [[r["step"], round(r["val_loss"], 4)] for r in history if "val_loss" in r]
+    return {**job, "whole_val_loss": whole, "curve": curve, "seconds": seconds,
+            "model": asdict(model_cfg), "train": asdict(cfg)}
+
+
+def train_candidates(args: argparse.Namespace) -> None:
+    timings = json.loads(Path(args.timings).read_text())
+    jobs = []
+    for name in [] if args.variants else args.shapes or timings["shapes"]:
+        ms = timings["shapes"][name]["median_ms"]
+        steps = int(args.budget_s * 1000 / ms)
+        for lr in args.lrs or LEARNING_RATES:
+            for seed in range(1337, 1337 + args.seeds):
+                jobs.append({"name": name, "shape": timings["shapes"][name]["shape"], "lr": lr,
+                             "steps": min(steps, args.max_steps), "cpu_ms": ms, "seed": seed,
+                             "device": args.device})
+    for extra in json.loads(args.variants) if args.variants else []:  # one run each
+        entry = timings["shapes"][extra["name"]]
+        steps = int(args.budget_s * 1000 / entry["median_ms"])
+        jobs.append({"shape": entry["shape"], "steps": min(steps, args.max_steps),
+                     "cpu_ms": entry["median_ms"], "seed": 1337, "device": args.device, **extra})
+    print(f"{len(jobs)} runs, {args.jobs} at a time", flush=True)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(args.jobs) as pool, open(args.out, "a") as out:
+        for row in pool.imap_unordered(run_one, jobs):
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            print(f"{row['name']} lr {row['lr']:g} seed {row['seed']} steps {row['steps']} "
+                  f"{row.get('model_changes', '')} {row.get('train_changes', '')}: "
+                  f"{row['whole_val_loss']:.4f} ({row['seconds']:.0f} s)", flush=True)
+
+
+SEEDS_RESULT = Path(__file__).parent / "results" / "modern_book_seeds.json"
+
+
+def cpu_seeds(args: argparse.Namespace) -> None:
+    """``MODERN_RECIPE`` trained here (as chapter 12 trains it, cached) with each seed of
+    ``--cpu-seeds``: the spread of its whole-split loss; written to ``SEEDS_RESULT``."""
+    from tinygpt.book.trained_model import MODERN_RECIPE, book_model
+
+    runs = []
+    for seed in args.cpu_seeds:
+        recipe = replace(MODERN_RECIPE, train=replace(MODERN_RECIPE.train, seed=seed))
+        load = os.getloadavg()
+        run = book_model(recipe, progress=False)
+        runs.append({"seed": seed, "whole_val_loss": run.val_loss, "train_s": run.train_s,
+                     "trained_now": run.trained_now, "load_start": load,
+                     "load_end": os.getloadavg()})
+        print(runs[-1], flush=True)
+    SEEDS_RESULT.write_text(json.dumps({"command": "python " + " ".join(sys.argv),
+                                        "machine": machine(), "runs": runs}, indent=1) + "\n")
+
+
+GPU_SHAPE = (6, 384, 6, 256, 64)  # nanoGPT's shakespeare-char size, for --gpu-scale
+
+
+def gpu_scale(args: argparse.Namespace) -> None:
+    """The book's recipe (GPT-2's parts, AdamW) and the modern one (chapter 12's changes, Muon)
+    at a GPU's scale (``GPU_SHAPE``), the same steps each, bf16 autocast: curves, whole-split
+    loss, tokens/s and 400 characters from the book's prompt and sample seed."""
+    from tinygpt.sample import generate
+    from tinygpt.tokenizer import CharTokenizer  # noqa: F401  (the type book_data returns)
+
+    tok, train_ids, val_ids = book_data()
+    n_layer, n_embd, n_head, block, batch = GPU_SHAPE
+    rows = []
+    for label, lr, modern in (("GPT-2's parts, AdamW", args.gpu_lr_book, False),
+                              ("modern, Muon", args.gpu_lr_modern, True)):
+        model_cfg = replace(BOOK_RECIPE.model, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
+                            block_size=block, **(MODERN_PARTS if modern else {}))
+        cfg = replace(BOOK_RECIPE.train, batch_size=batch, max_iters=args.gpu_steps,
+                      learning_rate=lr, min_lr=0.0, warmup_iters=200, device=args.device,
+                      dtype="bfloat16", optimizer="muon" if modern else "adamw",
+                      eval_interval=max(args.gpu_steps // 10, 1), eval_iters=20)
+        torch.manual_seed(cfg.seed)
+        model = GPT(model_cfg)
+        start = time.perf_counter()
+        history = train(model_cfg, cfg, train_ids, val_ids, model=model, progress=False)
+        seconds = time.perf_counter() - start
+        whole = score(model, val_ids, block)
+        prompt = torch.tensor([tok.encode(BOOK_RECIPE.prompt)], device=model.lm_head.weight.device)
+        out = generate(model, prompt, BOOK_RECIPE.sample_chars,
+                       temperature=BOOK_RECIPE.temperature,
+                       generator=torch.Generator(prompt.device).manual_seed(BOOK_RECIPE.sample_seed))
+        speeds = [r["tokens_per_s"] for r in history if "tokens_per_s" in r]
+        rows.append({"name": label, "model": asdict(model_cfg), "train": asdict(cfg),
+                     "whole_val_loss": whole, "train_s": seconds,
+                     "median_tokens_per_s": statistics.median(speeds),
+                     "parameters": sum(p.numel() for p in model.parameters()),
+                     "curve": [[r["step"], round(r["val_loss"], 4), round(r["train_loss"], 4)]
+                               for r in history if "val_loss" in r],
+                     "sample": tok.decode(out[0, prompt.shape[1]:].tolist())})
+        print(f"{label}: {whole:.4f} after {args.gpu_steps} steps, {seconds:.0f} s", flush=True)
+        print(rows[-1]["sample"][:300], flush=True)
+    device_name = torch.cuda.get_device_name() if torch.cuda.is_available() else machine()
+    Path(args.gpu_out).write_text(json.dumps({"command": "python " + " ".join(sys.argv),
+                                              "device": device_name, "torch": torch.__version__,
+                                              "rows": rows}, indent=1) + "\n")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--time", action="store_true")
+    p.add_argument("--train", action="store_true")
+    p.add_argument("--timings", default="benchmarks/results/modern_book_timings.json")
+    p.add_argument("--timing-steps", type=int, default=25)
+    p.add_argument("--budget-s", type=float, default=180.0)
+    p.add_argument("--max-steps", type=int, default=100_000)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--shapes", nargs="*")
+    p.add_argument("--lrs", nargs="*", type=float)
+    p.add_argument("--out", default="modern_book_sweep.jsonl")
+    p.add_argument("--variants", help="a JSON list of runs instead of the grid: each with name "
+                   "(a timed shape), lr, and optionally seed, model_changes, train_changes")
+    p.add_argument("--cpu-seeds", nargs="*", type=int, help="train MODERN_RECIPE with these "
+                   f"seeds on this machine and write {SEEDS_RESULT.name}")
+    p.add_argument("--gpu-scale", action="store_true")
+    p.add_argument("--gpu-steps", type=int, default=3000)
+    p.add_argument("--gpu-lr-book", type=float, default=1e-3)
+    p.add_argument("--gpu-lr-modern", type=float, default=2e-3)
+    p.add_argument("--gpu-out", default="modern_book_gpu.json")
+    args = p.parse_args()
+    if args.cpu_seeds:
+        cpu_seeds(args)
+    if args.gpu_scale:
+        gpu_scale(args)
+    if args.time:
+        time_shapes(args)
+    if args.train:
+        train_candidates(args)
+
+
+if __name__ == "__main__":
+    main()

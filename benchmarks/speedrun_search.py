@@ -1,0 +1,161 @@
+"""Searching the speedrun's levers in steps, not seconds (issue: the speedrun at 0.10x nanoGPT).
+
+The speedrun (``speedrun.py --modern``) is timed on a CPU: nanoGPT's baby GPT and the modern
+recipe train in the same invocation, and the result is the modern recipe's time to nanoGPT's
+validation loss (1.8857) over nanoGPT's time. Which recipe gets there in the fewest CPU seconds is
+a search over the learning rate, the schedule's length, the batch and the model's shape, and the
+loss after N steps does not depend on the device that took them (up to rounding), so the search
+runs in two parts:
+
+1. ``--time`` (on the CPU, one thread, as ``speedrun.py --threads 1``): milliseconds per step of
+   each shape/batch in ``SHAPES``; written to ``--timings``.
+2. ``--train`` (anywhere, e.g. a GPU): every candidate (``grid()``) trained with the speedrun's
+   ``train`` settings; from step ``--check-from`` on, every ``--check-every`` steps, the whole
+   validation split is scored (``speedrun.full_val_loss``). Each candidate's first step at or below
+   the target, and that step times its CPU time per step, are written to ``--out`` (one JSON
+   object per candidate).
+
+A candidate found here is then run by ``speedrun.py --modern --sr-...`` beside nanoGPT on the CPU:
+only that run's ratio is a result.
+
+Usage: python benchmarks/speedrun_search.py --time --timings /tmp/sr_timings.json
+       python benchmarks/speedrun_search.py --train --timings ... --device cuda --jobs 8 \
+           --out sr.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import speedrun  # benchmarks/speedrun.py
+import torch
+from _bookrun import step_times
+
+from tinygpt.model import GPT
+from tinygpt.train import train
+
+# (layers, width, heads, context, batch)
+SHAPES = [(2, 128, 4, 64, 16), (2, 128, 4, 64, 12), (2, 128, 4, 64, 24), (2, 96, 4, 64, 16),
+          (1, 128, 4, 64, 16), (3, 128, 4, 64, 16), (2, 128, 4, 32, 32)]
+ITERS = (250, 300, 400)  # the schedule's length: the cosine reaches 0 there
+LEARNING_RATES = (4e-3, 6e-3, 9e-3, 1.3e-2)
+
+
+def namespace(shape: tuple[int, ...], iters: int, lr: float, seed: int) -> argparse.Namespace:
+    """The ``speedrun.py --modern`` options of a candidate."""
+    n_layer, n_embd, n_head, block, batch = shape
+    values = {"sr_block": block, "sr_layers": n_layer, "sr_heads": n_head, "sr_embd": n_embd,
+              "sr_mlp_hidden": None, "sr_batch": batch, "sr_iters": iters, "sr_lr": lr,
+              "sr_min_lr": 0.0, "sr_warmup": 30, "sr_beta2": 0.99, "sr_weight_decay": 0.1,
+              "sr_seed": seed, **speedrun.MODERN}
+    return argparse.Namespace(**values)
+
+
+def name(shape: tuple[int, ...]) -> str:
+    return "L{}-C{}-H{}-T{}-B{}".format(*shape)
+
+
+def time_shapes(args: argparse.Namespace) -> None:
+    torch.set_num_threads(1)
+    train_ids, val_ids, _ = speedrun.load_data()
+    rows = {}
+    load = os.getloadavg()
+    for shape in SHAPES:
+        model, cfg = speedrun.speedrun_configs(namespace(shape, 300, 6e-3, 1337))
+        times = step_times(model, cfg, train_ids, val_ids, args.timing_steps)
+        rows[name(shape)] = {"shape": shape, "median_ms": statistics.median(times)}
+        print(name(shape), f"{rows[name(shape)]['median_ms']:.1f} ms", flush=True)
+    baby = step_times(speedrun.BABY, speedrun.BABY_TRAIN, train_ids, val_ids, args.timing_steps)
+    out = {"command": "python " + " ".join(sys.argv), "machine": speedrun.machine(),
+           "threads": 1, "load_start": load, "load_end": os.getloadavg(),
+           "baby_ms": statistics.median(baby), "shapes": rows}
+    print(f"nanoGPT's baby recipe in tinygpt: {out['baby_ms']:.1f} ms")
+    Path(args.timings).write_text(json.dumps(out, indent=1) + "\n")
+
+
+def run_one(job: dict) -> dict:
+    torch.set_num_threads(1)
+    train_ids, val_ids, vocab = speedrun.load_data()
+    model_cfg, cfg = speedrun.speedrun_configs(namespace(tuple(job["shape"]), job["iters"],
+                                                         job["lr"], job["seed"]))
+    from dataclasses import replace
+    model_cfg = replace(model_cfg, vocab_size=vocab)
+    cfg = replace(cfg, device=job["device"], eval_interval=10 ** 9)
+    curve: list[list[float]] = []
+
+    def check(record: dict, model: GPT) -> bool:
+        step = record["step"]
+        if step >= job["check_from"] and step % job["check_every"] == 0:
+            curve.append([step, full_val_loss(model, val_ids)])
+            return curve[-1][1] <= speedrun.TARGET
+        return False
+
+    torch.manual_seed(cfg.seed)
+    start = time.perf_counter()
+    model = GPT(model_cfg)
+    train(model_cfg, cfg, train_ids, val_ids, model=model, progress=False, callback=check)
+    reached = next((s for s, v in curve if v <= speedrun.TARGET), None)
+    return {**job, "curve": [[s, round(v, 4)] for s, v in curve], "steps_to_target": reached,
+            "cpu_s_to_target": None if reached is None else reached * job["cpu_ms"] / 1000,
+            "seconds": time.perf_counter() - start}
+
+
+def full_val_loss(model: GPT, val: torch.Tensor) -> float:
+    """``speedrun.full_val_loss`` on the model's device."""
+    device = next(model.parameters()).device
+    return speedrun.full_val_loss(model, val.to(device))
+
+
+def train_candidates(args: argparse.Namespace) -> None:
+    timings = json.loads(Path(args.timings).read_text())
+    jobs = []
+    for shape_name, iters, lr, seed in itertools.product(
+            args.shapes or timings["shapes"], args.iters or ITERS, args.lrs or LEARNING_RATES,
+            range(1337, 1337 + args.seeds)):
+        entry = timings["shapes"][shape_name]
+        jobs.append({"name": shape_name, "shape": entry["shape"], "iters": iters, "lr": lr,
+                     "seed": seed, "cpu_ms": entry["median_ms"], "device": args.device,
+                     "check_from": args.check_from, "check_every": args.check_every})
+    print(f"{len(jobs)} runs, {args.jobs} at a time", flush=True)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(args.jobs) as pool, open(args.out, "a") as out:
+        for row in pool.imap_unordered(run_one, jobs):
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            print(f"{row['name']} iters {row['iters']} lr {row['lr']:g} seed {row['seed']}: "
+                  f"target at {row['steps_to_target']} ({row['cpu_s_to_target']} CPU s)",
+                  flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--time", action="store_true")
+    p.add_argument("--train", action="store_true")
+    p.add_argument("--timings", default="/tmp/speedrun_timings.json")
+    p.add_argument("--timing-steps", type=int, default=40)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--shapes", nargs="*")
+    p.add_argument("--iters", nargs="*", type=int)
+    p.add_argument("--lrs", nargs="*", type=float)
+    p.add_argument("--check-from", type=int, default=120)
+    p.add_argument("--check-every", type=int, default=10)
+    p.add_argument("--out", default="speedrun_search.jsonl")
+    args = p.parse_args()
+    if args.time:
+        time_shapes(args)
+    if args.train:
+        train_candidates(args)
+
+
+if __name__ == "__main__":
+    main()
