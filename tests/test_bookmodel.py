@@ -321,3 +321,23 @@ def test_bad_recipes_get_clear_errors(trains):
         dataclasses.replace(TINY, temperature=0.0)
     with pytest.raises(ValueError, match="prompt"):
         dataclasses.replace(TINY, prompt="")
+
+
+def test_the_modern_recipe_is_chapter_12s_changes_in_the_book_models_budget():
+    """MODERN_RECIPE's steps are those its shape's timed step buys in 180 s (the record of
+    benchmarks/modern_book.py --time), with every change chapter 12 measures switched on."""
+    import json
+    from pathlib import Path
+
+    from tinygpt.book.trained_model import BOOK_RECIPE, MODERN_RECIPE
+
+    timings = json.loads((Path(__file__).parents[1] / "benchmarks" / "results"
+                          / "modern_book_timings.json").read_text())
+    m = MODERN_RECIPE.model
+    name = f"L{m.n_layer}-C{m.n_embd}-H{m.n_head}-T{m.block_size}-B{MODERN_RECIPE.train.batch_size}"
+    assert MODERN_RECIPE.train.max_iters == int(180_000 / timings["shapes"][name]["median_ms"])
+    assert (m.positional, m.activation, m.norm, m.qk_norm, m.zero_init_proj) == (
+        "rope", "relu2", "rmsnorm", True, True)
+    assert MODERN_RECIPE.train.optimizer == "muon"
+    assert (MODERN_RECIPE.corpus, MODERN_RECIPE.prompt, MODERN_RECIPE.model.vocab_size) == (
+        BOOK_RECIPE.corpus, BOOK_RECIPE.prompt, BOOK_RECIPE.model.vocab_size)
