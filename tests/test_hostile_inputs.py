@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import rewrite_shards_manifest as edit_manifest
 from conftest import run_cli as run
 
 TEXT = "".join(f"{w} the {v} was {n} and more zebra.\n" for w, v, n in zip(
@@ -116,19 +117,6 @@ def test_the_api_refuses_to_resume_with_another_tokenizer(tmp_path):
 
 
 # --- item 3: what a shards manifest names -------------------------------------------------------
-
-def edit_manifest(folder: Path, change) -> None:
-    """Edit shards.json with ``change`` (and keep its checksum right, as a hostile editor would)."""
-    import json
-
-    from tinygpt import shards
-
-    manifest = json.loads((folder / "shards.json").read_text())
-    change(manifest)
-    if hasattr(shards, "manifest_checksum"):
-        manifest["checksum"] = shards.manifest_checksum(manifest)
-    (folder / "shards.json").write_text(json.dumps(manifest))
-
 
 def char_shards(capsys, tmp_path: Path) -> Path:
     prepare_cli(capsys, TEXT, tmp_path / "shards", "--tokenizer", "char")
