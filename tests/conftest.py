@@ -123,6 +123,14 @@ def run_cli(capsys, *argv: object) -> tuple[int, str, str]:
     return code, out, err
 
 
+def checksum_of(manifest: dict) -> str:
+    """The checksum a manifest (a checkpoint's, a shards folder's) carries, computed here as
+    their format says: the SHA-256 of its JSON without the checksum, sorted keys, no spaces."""
+    content = {k: v for k, v in manifest.items() if k != "checksum"}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(canonical).hexdigest()
+
+
 def rewrite_manifest(folder: Path, change: Callable[[dict], object], checksum: bool = True) -> None:
     """Edit a checkpoint's manifest with ``change``; with ``checksum``, recompute its checksum
     as a deliberate (or hostile) editor would, so that the checks behind the checksum are
@@ -131,20 +139,16 @@ def rewrite_manifest(folder: Path, change: Callable[[dict], object], checksum: b
     change(meta)
     meta.pop("checksum")
     if checksum:
-        canonical = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
-        meta["checksum"] = hashlib.sha256(canonical).hexdigest()
+        meta["checksum"] = checksum_of(meta)
     (folder / "checkpoint.json").write_text(json.dumps(meta))
-
 
 
 def rewrite_shards_manifest(folder: Path, change: Callable[[dict], object]) -> None:
     """Edit a shards folder's ``shards.json`` with ``change`` and recompute its checksum, as a
     deliberate (or hostile) editor would, so that the checks behind the checksum are tested."""
-    from tinygpt.shards import manifest_checksum
-
     manifest = json.loads((folder / "shards.json").read_text())
     change(manifest)
-    manifest["checksum"] = manifest_checksum(manifest)
+    manifest["checksum"] = checksum_of(manifest)
     (folder / "shards.json").write_text(json.dumps(manifest))
 
 

@@ -355,12 +355,11 @@ def test_nested_or_key_less_json_in_any_file_tinygpt_wrote_is_a_clear_error(caps
     import shutil
     import warnings
 
-    from conftest import rewrite_manifest
+    from conftest import checksum_of, rewrite_manifest
 
-    from tinygpt import shards
     from tinygpt.book import ladder, results_cache
     from tinygpt.checkpoint import load_checkpoint
-    from tinygpt.checkpoint.folder import CheckpointError, canonical
+    from tinygpt.checkpoint.folder import CheckpointError
     from tinygpt.tokenizer import BPETokenizer
 
     def refused(argv, *words):
@@ -368,10 +367,9 @@ def test_nested_or_key_less_json_in_any_file_tinygpt_wrote_is_a_clear_error(caps
         assert_refused(code, err, *words)
 
     fields = {"format": "tinygpt-checkpoint", "version": 2}  # with a right checksum, no keys
-    ckpt_keyless = json.dumps({**fields, "checksum": hashlib.sha256(canonical(fields))
-                               .hexdigest()}).encode()
+    ckpt_keyless = json.dumps({**fields, "checksum": checksum_of(fields)}).encode()
     fields = {"format": "tinygpt-shards", "version": 1, "vocab_size": 40, "dtype": "<u2"}
-    shards_keyless = json.dumps({**fields, "checksum": shards.manifest_checksum(fields)}).encode()
+    shards_keyless = json.dumps({**fields, "checksum": checksum_of(fields)}).encode()
     tok_keyless = json.dumps({"format": "tinygpt-bpe", "version": 1}).encode()
 
     # a checkpoint's manifest, read by sample and load_checkpoint

@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from tinygpt.data import manifest_checksum
+
 if TYPE_CHECKING:  # numpy and torch are imported when used: the command line imports this
     import numpy as np  # module before torch (tinygpt.cli), and prepare's workers need no torch
     import torch
@@ -94,14 +96,6 @@ def _named(folder: Path, entry: dict[str, Any], key: str, allowed: re.Pattern[st
         raise ShardError(f"{folder / where}: names the file {name!r}, not one of the names "
                          "tinygpt prepare writes inside the folder; the manifest is altered")
     return folder / name
-
-
-def manifest_checksum(manifest: dict[str, Any]) -> str:
-    """The SHA-256 a manifest carries of its own content (sorted keys, no spaces, without the
-    ``checksum`` entry itself): an edited or damaged manifest is caught before it is used."""
-    content = {k: v for k, v in manifest.items() if k != "checksum"}
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:

@@ -46,7 +46,6 @@ from tinygpt.checkpoint.folder import (
     VERSION,
     VERSION_FILES,
     CheckpointError,
-    canonical,
     fsync_dir,
     is_tinygpt_manifest,
     locked,
@@ -58,6 +57,7 @@ from tinygpt.checkpoint.folder import (
     write_synced,
 )
 from tinygpt.config import GPTConfig, TrainConfig
+from tinygpt.data import manifest_checksum
 from tinygpt.tokenizer import (
     BPETokenizer,
     CharTokenizer,
@@ -189,7 +189,7 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                 "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                           for name, data in blobs.items()},
             }
-            meta["checksum"] = hashlib.sha256(canonical(meta)).hexdigest()
+            meta["checksum"] = manifest_checksum(meta)
             swap_manifest(out, json.dumps(meta, indent=1).encode("utf-8"))
         except BaseException as err:  # an error leaves the previous checkpoint, no new files
             current = _current(out)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinygpt import shards as S
 from tinygpt.checkpoint.folder import LOCK_FILE, OwnEntries, locked
-from tinygpt.data import sha256_of, temporary_names, write_atomically
+from tinygpt.data import manifest_checksum, sha256_of, temporary_names, write_atomically
 from tinygpt.prepare import documents
 from tinygpt.prepare.documents import Options, find_inputs, parts
 from tinygpt.prepare.workers import (
@@ -56,7 +56,7 @@ def fingerprint(files: list[tuple[str, Path]], options: Options) -> dict[str, An
 
 def save_json(out: Path, name: str, manifest: dict[str, Any]) -> None:
     """Write a manifest with the checksum of its content (``tinygpt.shards.read_manifest``)."""
-    checked = {**manifest, "checksum": S.manifest_checksum(manifest)}
+    checked = {**manifest, "checksum": manifest_checksum(manifest)}
     write_atomically(json.dumps(checked, indent=1).encode(), out / name)
 
 
