@@ -123,6 +123,14 @@ def run_cli(capsys, *argv: object) -> tuple[int, str, str]:
     return code, out, err
 
 
+def checksum_of(manifest: dict) -> str:
+    """The checksum a manifest (a checkpoint's, a shards folder's) carries, computed here as
+    their format says: the SHA-256 of its JSON without the checksum, sorted keys, no spaces."""
+    content = {k: v for k, v in manifest.items() if k != "checksum"}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(canonical).hexdigest()
+
+
 def rewrite_manifest(folder: Path, change: Callable[[dict], object], checksum: bool = True) -> None:
     """Edit a checkpoint's manifest with ``change``; with ``checksum``, recompute its checksum
     as a deliberate (or hostile) editor would, so that the checks behind the checksum are
@@ -131,10 +139,55 @@ def rewrite_manifest(folder: Path, change: Callable[[dict], object], checksum: b
     change(meta)
     meta.pop("checksum")
     if checksum:
-        canonical = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
-        meta["checksum"] = hashlib.sha256(canonical).hexdigest()
+        meta["checksum"] = checksum_of(meta)
     (folder / "checkpoint.json").write_text(json.dumps(meta))
 
+
+def rewrite_shards_manifest(folder: Path, change: Callable[[dict], object]) -> None:
+    """Edit a shards folder's ``shards.json`` with ``change`` and recompute its checksum, as a
+    deliberate (or hostile) editor would, so that the checks behind the checksum are tested."""
+    manifest = json.loads((folder / "shards.json").read_text())
+    change(manifest)
+    manifest["checksum"] = checksum_of(manifest)
+    (folder / "shards.json").write_text(json.dumps(manifest))
+
+
+# --- the tokenizer entry of both manifests (test_tokenizer, test_checkpoint, test_prepare) ------
+
+# Entries that tinygpt.tokenizer.tokenizer_entry never writes, and words the error must say
+# besides the manifest's name (a checkpoint's and a shards folder's alike).
+BAD_TOKENIZER_ENTRIES: dict[str, tuple[object, str]] = {
+    "a list": (["char", "abc"], "tokenizer entry is list, not an object"),
+    "an unknown type": ({"type": "words", "chars": ["a"]}, "unknown tokenizer type 'words'"),
+    "no characters": ({"type": "char"}, "no list of characters"),
+    "characters that are not text": ({"type": "char", "chars": [1, 2]}, "no list of characters"),
+    "a repeated character": ({"type": "char", "chars": ["a", "b", "a"]}, "'a' is repeated"),
+    "a string of characters": ({"type": "char", "chars": ["ab", "c"]}, "'ab' is not a single"),
+    "a file outside": ({"type": "bpe", "file": "../tokenizer.json", "sha256": "0" * 64},
+                       "names the file '../tokenizer.json'"),
+    "another file": ({"type": "bpe", "file": "model.safetensors", "sha256": "0" * 64},
+                     "names the file 'model.safetensors'"),
+    "no file": ({"type": "bpe", "sha256": "0" * 64}, "names the file None"),
+}
+
+
+def saved_tokenizer(kind: str) -> Any:
+    """A tokenizer of each kind a manifest stores: ``"char"`` (with characters beyond ASCII,
+    among them the three a chat template adds), ``"bpe"`` (trained, with a special token) and
+    ``"gpt2"`` (GPT-2's, from its data files: skipped if they cannot be had)."""
+    from tinygpt.tokenizer import EOT, BPETokenizer, CharTokenizer
+
+    if kind == "char":
+        plays = CharTokenizer.from_text("to be, or not to be: café 雪\n\t")
+        return CharTokenizer([*plays.chars, "\u25b7", "\u25b6", "\u25a0"])  # last, unsorted
+    if kind == "bpe":
+        return BPETokenizer.train("low lower lowest newer newest " * 20, vocab_size=265,
+                                  special_tokens=[EOT])
+    if kind == "gpt2":
+        from tinygpt.gpt2 import load_tokenizer
+
+        return load_tokenizer(require_data("gpt2/vocab.json"), require_data("gpt2/merges.txt"))
+    raise ValueError(f"no tokenizer of kind {kind!r}")
 
 
 # --- the loss ladder on a small corpus (tests/test_ladder.py, tests/test_failure_modes.py) ------

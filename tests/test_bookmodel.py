@@ -9,7 +9,6 @@ takes a fraction of a second; ``trains`` counts the calls of ``train``.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import subprocess
@@ -20,13 +19,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import checksum_of
 
 import tinygpt
 from tinygpt import data
 from tinygpt.book import results_cache, trained_model
 from tinygpt.book.scoring import score
 from tinygpt.book.trained_model import BOOK_RECIPE, Recipe, book_data, book_model
-from tinygpt.checkpoint.folder import MANIFEST, MODEL_FILE, canonical
+from tinygpt.checkpoint.folder import MANIFEST, MODEL_FILE
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.sample import generate
@@ -168,8 +168,7 @@ def test_a_consistent_copy_missing_a_sample_is_not_used(trains):
     first = book_model(TINY, progress=False)
     meta = json.loads((first.path / MANIFEST).read_text())
     del meta["history"][5]["sample"]  # step 5
-    meta.pop("checksum")
-    meta["checksum"] = hashlib.sha256(canonical(meta)).hexdigest()
+    meta["checksum"] = checksum_of(meta)
     (first.path / MANIFEST).write_text(json.dumps(meta))
     with pytest.warns(UserWarning, match="samples at steps"):
         again = book_model(TINY, progress=False)

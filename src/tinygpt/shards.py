@@ -22,10 +22,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from tinygpt.data import manifest_checksum
+
 if TYPE_CHECKING:  # numpy and torch are imported when used: the command line imports this
     import numpy as np  # module before torch (tinygpt.cli), and prepare's workers need no torch
     import torch
     from torch import Tensor
+
+    from tinygpt.tokenizer import SavedTokenizer
 
 MANIFEST = "shards.json"
 PROGRESS = ".shards-progress.json"  # the manifest of an unfinished run (ProgressSaver)
@@ -94,14 +98,6 @@ def _named(folder: Path, entry: dict[str, Any], key: str, allowed: re.Pattern[st
     return folder / name
 
 
-def manifest_checksum(manifest: dict[str, Any]) -> str:
-    """The SHA-256 a manifest carries of its own content (sorted keys, no spaces, without the
-    ``checksum`` entry itself): an edited or damaged manifest is caught before it is used."""
-    content = {k: v for k, v in manifest.items() if k != "checksum"}
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
 def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
     """The manifest ``name`` of ``folder``; ``ShardError`` if absent or not tinygpt's."""
     path = Path(folder) / name
@@ -143,14 +139,14 @@ def _invalid(manifest: dict[str, Any], name: str) -> str | None:
     def kind(value: Any, *types: type) -> bool:  # bool is no int here
         return type(value) in types
 
-    tok: Any = manifest.get("tokenizer")  # Any: kind() checks each value's type before use
-    if not kind(tok, dict) or tok.get("type") not in ("char", "bpe"):
-        return "no 'tokenizer' of type 'char' or 'bpe'"
-    if tok["type"] == "char" and not (kind(tok.get("chars"), list) and all(
-            kind(c, str) for c in tok["chars"])):
-        return "the char tokenizer has no list of 'chars'"
-    if tok["type"] == "bpe" and not (kind(tok.get("file"), str) and kind(tok.get("sha256"), str)):
-        return "the bpe tokenizer has no 'file' and 'sha256'"
+    from tinygpt.tokenizer import tokenizer_entry_problem
+
+    tok: Any = manifest.get("tokenizer")  # Any: checked before use
+    problem = tokenizer_entry_problem(tok)
+    if problem is not None:
+        return problem
+    if tok["type"] == "bpe" and not kind(tok.get("sha256"), str):
+        return "its bpe tokenizer has no 'sha256' of its file"
     if "eot" not in manifest or not kind(manifest["eot"], int, type(None)):
         return "'eot' is not an id or null"
     shards: Any = manifest.get("shards")
@@ -215,28 +211,28 @@ def check_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
         return folder / entry["file"]
 
 
-def load_shards_tokenizer(folder: str | Path, manifest: dict[str, Any] | None = None) -> Any:
+def load_shards_tokenizer(folder: str | Path,
+                          manifest: dict[str, Any] | None = None) -> SavedTokenizer:
     """The tokenizer the shards of ``folder`` were encoded with (its file checked)."""
+    from tinygpt.tokenizer import tokenizer_from_entry
+
     folder = Path(folder)
     manifest = manifest or read_manifest(folder)
-    tokenizer = _tokenizer(folder, manifest["tokenizer"])
+    entry = manifest["tokenizer"]
+
+    def checked(name: str) -> bytes:  # the file the entry names, by the SHA-256 it gives
+        path = folder / name
+        with open_regular(path, MAX_JSON) as f:
+            data = f.read()
+        if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+            raise ShardError(f"{path}: SHA-256 differs from the manifest's: altered")
+        return data
+
+    tokenizer = tokenizer_from_entry(entry, folder / MANIFEST, folder, checked, error=ShardError)
     if tokenizer.vocab_size != manifest["vocab_size"]:
         raise ShardError(f"{folder / MANIFEST}: vocab_size {manifest['vocab_size']}, but its "
                          f"tokenizer has {tokenizer.vocab_size} tokens: altered")
     return tokenizer
-
-
-def _tokenizer(folder: Path, raw: dict[str, Any]) -> Any:
-    from tinygpt.tokenizer import TOKENIZER_FILE, BPETokenizer, CharTokenizer
-
-    if raw["type"] == "char":
-        return CharTokenizer(raw["chars"])
-    path = _named(folder, raw, "file", TOKENIZER_FILE, MANIFEST)
-    with open_regular(path, MAX_JSON) as f:
-        data = f.read()
-    if hashlib.sha256(data).hexdigest() != raw["sha256"]:
-        raise ShardError(f"{path}: SHA-256 differs from the manifest's: altered")
-    return BPETokenizer.load(path, data=data)
 
 
 class TokenShards:

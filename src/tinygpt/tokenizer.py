@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
@@ -420,3 +420,56 @@ def tokenizer_entry(tokenizer: SavedTokenizer, folder: str | Path) -> dict[str, 
         with open(Path(folder) / name, "rb") as f:
             os.fsync(f.fileno())
     return {"type": "bpe", "file": TOKENIZER_FILE}
+
+
+def tokenizer_entry_problem(entry: object) -> str | None:
+    """What makes ``entry`` unlike every ``"tokenizer"`` entry :func:`tokenizer_entry` writes
+    (its shape: an object, a known type, a char entry's list of characters, a BPE entry's file
+    name), or None. A manifest can check it when it is read, before any file is."""
+    if entry is None:
+        return "it has no tokenizer entry"
+    if not isinstance(entry, dict):
+        return f"its tokenizer entry is {type(entry).__name__}, not an object"
+    kind = entry.get("type")
+    if kind == "char":
+        chars = entry.get("chars")
+        if not (isinstance(chars, list) and all(isinstance(c, str) for c in chars)):
+            return "its char tokenizer has no list of characters ('chars')"
+        return None
+    if kind == "bpe":
+        if entry.get("file") != TOKENIZER_FILE:
+            return (f"its tokenizer names the file {entry.get('file')!r}, not "
+                    f"{TOKENIZER_FILE!r}, the one tinygpt writes")
+        return None
+    return f"unknown tokenizer type {kind!r} (tinygpt writes 'char' or 'bpe')"
+
+
+def tokenizer_from_entry(entry: object, where: str | Path, folder: str | Path,
+                         read_file: Callable[[str], bytes],
+                         error: type[ValueError] = ValueError) -> SavedTokenizer:
+    """The tokenizer of a checkpoint's or a shards folder's manifest: the reader of
+    :func:`tokenizer_entry`'s ``entry``. ``where`` is the manifest (every error names it or the
+    tokenizer's file), ``folder`` the folder that holds the tokenizer's file.
+
+    A ``"char"`` entry gives its characters. A ``"bpe"`` entry names ``tokenizer.json``, whose
+    bytes ``read_file(name)`` gives once they are checked as the manifest says (a checkpoint lists
+    every file's SHA-256, a shards manifest puts it in this entry): its errors pass through.
+    Anything else raises ``error`` (the manifest's own: ``CheckpointError``, ``ShardError``).
+
+    A new kind of entry, or a new field of one (say, special tokens of a character tokenizer
+    that are longer than one character), is written by :func:`tokenizer_entry`, checked by
+    :func:`tokenizer_entry_problem` and read here, for both manifests at once."""
+    problem = tokenizer_entry_problem(entry)
+    if problem is not None:
+        raise error(f"{where}: {problem}: altered")
+    fields = cast(dict[str, Any], entry)  # an object of the right shape, checked above
+    if fields["type"] == "char":
+        try:
+            return CharTokenizer(fields["chars"])
+        except ValueError as err:  # a character repeated, or longer than one
+            raise error(f"{where}: its char tokenizer's {err}: altered") from None
+    data = read_file(fields["file"])
+    try:
+        return BPETokenizer.load(Path(folder) / fields["file"], data=data)
+    except ValueError as err:  # the message names the file
+        raise error(str(err)) from None

@@ -46,7 +46,6 @@ from tinygpt.checkpoint.folder import (
     VERSION,
     VERSION_FILES,
     CheckpointError,
-    canonical,
     fsync_dir,
     is_tinygpt_manifest,
     locked,
@@ -58,7 +57,14 @@ from tinygpt.checkpoint.folder import (
     write_synced,
 )
 from tinygpt.config import GPTConfig, TrainConfig
-from tinygpt.tokenizer import BPETokenizer, CharTokenizer, tokenizer_entry
+from tinygpt.data import manifest_checksum
+from tinygpt.tokenizer import (
+    BPETokenizer,
+    CharTokenizer,
+    SavedTokenizer,
+    tokenizer_entry,
+    tokenizer_from_entry,
+)
 
 if TYPE_CHECKING:  # torch and the model are imported by the functions that use them, so that
     # the folder helpers (tinygpt.checkpoint.folder: the lock, safe reads) import without torch
@@ -183,7 +189,7 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                 "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                           for name, data in blobs.items()},
             }
-            meta["checksum"] = hashlib.sha256(canonical(meta)).hexdigest()
+            meta["checksum"] = manifest_checksum(meta)
             swap_manifest(out, json.dumps(meta, indent=1).encode("utf-8"))
         except BaseException as err:  # an error leaves the previous checkpoint, no new files
             current = _current(out)
@@ -211,16 +217,20 @@ def _current(out: Path) -> dict[str, Any]:
 
 # --- loading -------------------------------------------------------------------------------------
 
-def _tokenizer(raw: dict[str, Any] | None, folder: Path,
-               blobs: dict[str, bytes]) -> CharTokenizer | BPETokenizer | None:
+def _tokenizer(raw: object, meta_path: Path, version: Path,
+               blobs: dict[str, bytes]) -> SavedTokenizer | None:
+    """The checkpoint's tokenizer (``None`` if it was saved without one), its file read and
+    checked with the version's other files (``blobs``)."""
+
+    def listed(name: str) -> bytes:
+        if name not in blobs:
+            raise CheckpointError(f"{meta_path}: its tokenizer file {name} is not among the "
+                                  "files it lists: altered")
+        return blobs[name]
+
     if raw is None:
         return None
-    if raw.get("type") == "char":
-        return CharTokenizer(raw["chars"])
-    if raw.get("type") == "bpe" and raw.get("file") in blobs:  # read and checked with the rest
-        return BPETokenizer.load(folder / raw["file"], data=blobs[raw["file"]])
-    raise CheckpointError(f"{folder / MANIFEST}: unknown tokenizer type {raw.get('type')!r} "
-                          "or a tokenizer file the manifest does not list")
+    return tokenizer_from_entry(raw, meta_path, version, listed, error=CheckpointError)
 
 
 def _build_model(config: GPTConfig, tensors: dict[str, Tensor]) -> GPT:
@@ -305,7 +315,7 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
             opt_tensors = verify.tensors(blobs[OPTIMIZER_FILE], version / OPTIMIZER_FILE)
         model = _build_model(model_config,
                              verify.tensors(blobs[MODEL_FILE], version / MODEL_FILE))
-        tokenizer = _tokenizer(meta["tokenizer"], version, blobs)
+        tokenizer = _tokenizer(meta["tokenizer"], meta_path, version, blobs)
         if not isinstance(meta["history"], list):
             raise TypeError("history is not a list")
         return Checkpoint(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import secrets
@@ -24,7 +23,6 @@ import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from tinygpt.data import temporary_names, write_atomically
 from tinygpt.tokenizer import TOKENIZER_FILE, TOKENIZER_VOCAB_FILE
@@ -34,11 +32,6 @@ MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
 VERSION_FILES = (MODEL_FILE, OPTIMIZER_FILE, TOKENIZER_FILE, TOKENIZER_VOCAB_FILE)
 FORMAT, VERSION = "tinygpt-checkpoint", 2
 MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
-
-
-def canonical(meta: dict[str, Any]) -> bytes:
-    """The bytes a manifest's checksum is taken of (sorted keys, no spaces)."""
-    return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 class CheckpointError(ValueError):
@@ -327,11 +320,13 @@ def check_out_dir(spec: str | os.PathLike[str], *, data: str | None = None, resu
 
 
 def is_tinygpt_manifest(manifest: Path) -> bool:
+    """Whether the file ``manifest`` starts as a checkpoint's manifest does (its format first),
+    however damaged the rest: tinygpt's to replace, not a user's file of the same name."""
     try:
-        head = read_regular(manifest, max_size=1 << 30)[:200]
+        head = read_regular(manifest, max_size=MAX_JSON)[:200]
     except CheckpointError:
         return False
-    return b'"format": "tinygpt-checkpoint"' in head or b'"format":"tinygpt-checkpoint"' in head
+    return any(f'"format":{space}"{FORMAT}"'.encode() in head for space in ("", " "))
 
 
 def check_writable(out: Path) -> None:

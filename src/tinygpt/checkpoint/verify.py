@@ -28,11 +28,11 @@ from tinygpt.checkpoint.folder import (
     VERSION,
     CheckpointError,
     MissingCheckpointFile,
-    canonical,
     open_regular,
     read_regular,
 )
 from tinygpt.config import GPTConfig
+from tinygpt.data import manifest_checksum
 from tinygpt.model import GPT
 
 Layout = dict[str, tuple[str, tuple[int, ...]]]  # stored tensor name -> (dtype, shape)
@@ -62,10 +62,10 @@ def read_checkpoint_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
                               f"(this tinygpt reads version {VERSION}); train it again")
     checksum = meta.pop("checksum", None)
     try:
-        content = canonical(meta)
+        expected = manifest_checksum(meta)
     except (RecursionError, ValueError):  # nested too deeply to write again; nan is allowed
-        content = b""
-    if checksum != hashlib.sha256(content).hexdigest():
+        expected = None
+    if checksum is None or checksum != expected:
         raise CheckpointError(f"{path}: its checksum does not match its content: the file was "
                               "edited or damaged")
     return raw, meta

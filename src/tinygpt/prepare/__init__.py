@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinygpt import shards as S
 from tinygpt.checkpoint.folder import LOCK_FILE, OwnEntries, locked
-from tinygpt.data import temporary_names, write_atomically
+from tinygpt.data import manifest_checksum, sha256_of, temporary_names, write_atomically
 from tinygpt.prepare import documents
 from tinygpt.prepare.documents import Options, find_inputs, parts
 from tinygpt.prepare.workers import (
@@ -51,20 +51,12 @@ def fingerprint(files: list[tuple[str, Path]], options: Options) -> dict[str, An
     stats = [(name, p.stat()) for name, p in files]
     return {"options": asdict(options),
             "inputs": [[n, s.st_size, s.st_mtime_ns] for n, s in stats],
-            "sha256": [_file_sha256(p) for _, p in files]}
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+            "sha256": [sha256_of(p) for _, p in files]}
 
 
 def save_json(out: Path, name: str, manifest: dict[str, Any]) -> None:
     """Write a manifest with the checksum of its content (``tinygpt.shards.read_manifest``)."""
-    checked = {**manifest, "checksum": S.manifest_checksum(manifest)}
+    checked = {**manifest, "checksum": manifest_checksum(manifest)}
     write_atomically(json.dumps(checked, indent=1).encode(), out / name)
 
 
@@ -213,7 +205,7 @@ def _start(files: list, options: Options, workers: int, out: Path,
     vocab = tokenizer.vocab_size
     entry = tokenizer_entry(tokenizer, out)
     if entry["type"] == "bpe":  # a shards manifest checks the tokenizer's file by its SHA-256
-        entry["sha256"] = hashlib.sha256((out / entry["file"]).read_bytes()).hexdigest()
+        entry["sha256"] = sha256_of(out / entry["file"])
     state = {"format": S.FORMAT, "version": S.VERSION, "fingerprint": fp,
              "tokenizer": entry, "vocab_size": vocab,
              "dtype": S.shard_dtype(vocab).str,
