@@ -245,16 +245,27 @@ def batch(tokenizer: CharTokenizer, conversations: Sequence[Conversation],
     """Inputs ``(B, T)`` and targets ``(B, T)`` of ``conversations`` in the template: each row
     is a conversation's tokens but the last, its targets ``reply_targets``; shorter rows are
     padded (inputs with ``■``, targets with ``IGNORE``). ``T`` is the longest row."""
-    if not conversations:
-        raise ValueError("no conversations to batch")
-    rows = []
     for c in conversations:
-        ids = tokenizer.encode(render(c))
+        render(c)  # checks each conversation
+    return batch_replies(tokenizer, [prompt(c.speaker, c.speech, c.replier) for c in conversations],
+                         [c.reply + END for c in conversations], block_size)
+
+
+def batch_replies(tokenizer: CharTokenizer, prompts: Sequence[str], replies: Sequence[str],
+                  block_size: int) -> tuple[Tensor, Tensor]:
+    """``batch`` for texts as they are: each row is ``prompts[i] + replies[i]`` (a reply a model
+    wrote, with its ``■`` if it wrote one), the targets of the reply's tokens kept."""
+    if not prompts:
+        raise ValueError("no conversations to batch")
+    if len(prompts) != len(replies):
+        raise ValueError(f"{len(prompts)} prompts but {len(replies)} replies")
+    rows = []
+    for head, reply in zip(prompts, replies):
+        start, ids = len(tokenizer.encode(head)), tokenizer.encode(head + reply)
         if len(ids) - 1 > block_size:
-            raise ValueError(f"the conversation {render(c)[:40]!r}... is {len(ids)} tokens; at "
-                             f"most block_size + 1 = {block_size + 1} fit")
-        rows.append((ids[:-1], reply_targets(ids, len(tokenizer.encode(
-            prompt(c.speaker, c.speech, c.replier))))))
+            raise ValueError(f"the conversation {(head + reply)[:40]!r}... is {len(ids)} tokens; "
+                             f"at most block_size + 1 = {block_size + 1} fit")
+        rows.append((ids[:-1], reply_targets(ids, start)))
     T = max(len(x) for x, _ in rows)
     pad = tokenizer.stoi[END]
     inputs = torch.tensor([x + [pad] * (T - len(x)) for x, _ in rows])
