@@ -33,6 +33,7 @@ import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import torch
 import torch.nn.functional as F
@@ -192,7 +193,7 @@ def chat_tokenizer(tokenizer: CharTokenizer) -> CharTokenizer:
     return CharTokenizer([*tokenizer.chars, *SPECIAL_TOKENS])
 
 
-def has_chat_template(tokenizer: object) -> bool:
+def has_chat_template(tokenizer: object) -> TypeGuard[CharTokenizer]:
     """Whether ``tokenizer`` is a character tokenizer holding the three special tokens."""
     return isinstance(tokenizer, CharTokenizer) and all(
         c in tokenizer.stoi for c in SPECIAL_TOKENS)
@@ -393,3 +394,106 @@ def describe(replies: Sequence[str]) -> dict[str, float]:
             "stays_in_role": sum(map(stays_in_role, replies)) / n,
             "mean_chars": sum(len(r.removesuffix(END)) for r in replies) / n}
 
+
+
+# --- a conversation with a model, turn after turn ---------------------------------------------
+
+class ChatSession:
+    """Talk with a chat model: each ``reply(speech)`` adds ``▷SPEAKER:\\nspeech\\n▶`` (and the
+    replier's name, if one was asked for) to the conversation so far and samples the reply until
+    ``■`` or ``max_chars`` characters.
+
+    With ``use_cache`` the keys and values of every token already read stay in the model's
+    ``KVCache`` across turns: a new turn reads only its own tokens. The context holds
+    ``block_size`` tokens; when a turn would not fit with room for a reply (``reserve``
+    tokens, default ``MAX_REPLY`` or half the context), the oldest turns are dropped (the context restarts at a later ``▷``) and the cache
+    is rebuilt; a reply that fills the context keeps its last half. Without the cache every
+    token reads the whole context again: the same replies, slower."""
+
+    def __init__(self, model: GPT, tokenizer: CharTokenizer, *, speaker: str = "HAMLET",
+                 replier: str | None = None, temperature: float = 0.8, top_k: int | None = None,
+                 top_p: float | None = None, max_chars: int = 200, seed: int = 0,
+                 use_cache: bool = True, reserve: int | None = None) -> None:
+        from tinygpt.sample import check_sampling
+
+        check_instance(model, GPT, "model")
+        if not has_chat_template(tokenizer):
+            raise ValueError("the tokenizer has no chat template (its characters do not include "
+                             f"{' '.join(SPECIAL_TOKENS)}): the model was not fine-tuned to chat")
+        if tokenizer.vocab_size != model.config.vocab_size:
+            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens, the model "
+                             f"{model.config.vocab_size}")
+        self.speaker = check_name(speaker, "speaker")
+        self.replier = None if replier is None else check_name(replier, "replier")
+        for name in (speaker, replier or ""):
+            tokenizer.encode(name)  # a name in the vocabulary's characters, else a clear error
+        self.temperature = check_sampling(temperature=temperature, top_k=top_k, top_p=top_p,
+                                          vocab_size=tokenizer.vocab_size)
+        self.top_k, self.top_p = top_k, top_p
+        self.max_chars = check_int(max_chars, "max_chars")
+        T = model.config.block_size
+        self.reserve = min(MAX_REPLY, T // 2) if reserve is None else check_int(
+            reserve, "reserve", 1, T - 1)
+        self.model, self.tokenizer, self.use_cache = model.eval(), tokenizer, use_cache
+        self.generator = torch.Generator().manual_seed(seed)
+        self.ids: list[int] = []  # the context: the conversation's latest tokens
+        self.caches = model.new_caches(1) if use_cache else None
+        self.fed = 0  # tokens of ``ids`` whose keys and values are in the caches
+
+    def _crop(self, keep: int) -> None:
+        """Keep the last ``keep`` tokens of the context, from a ``▷`` if one is there."""
+        if len(self.ids) <= keep:
+            return
+        tail = self.ids[len(self.ids) - keep:]
+        opening = self.tokenizer.stoi[SPEECH]
+        if opening in tail:
+            tail = tail[tail.index(opening):]
+        self.ids, self.fed = tail, 0
+        for cache in self.caches or []:
+            cache.reset()
+
+    def stopped(self) -> None:
+        """Close a reply that was interrupted (Ctrl-C) and rebuild the cache, which the
+        interruption may have left half-extended."""
+        end = self.tokenizer.stoi[END]
+        if self.ids and self.ids[-1] != end:
+            self.ids.append(end)
+        self.fed = 0
+        for cache in self.caches or []:
+            cache.reset()
+
+    def _next_token(self) -> int:
+        from tinygpt.sample import sample_next
+
+        if self.caches is None:
+            logits = self.model(torch.tensor([self.ids]), last_only=True)
+        else:
+            logits = self.model(torch.tensor([self.ids[self.fed:]]), caches=self.caches,
+                                last_only=True)
+            self.fed = len(self.ids)
+        token = sample_next(logits[:, -1, :], self.temperature, self.top_k, self.top_p,
+                            self.generator)
+        return int(token.item())
+
+    @torch.no_grad()
+    def reply(self, speech: str) -> str:
+        """The model's reply to ``speech`` (said by ``speaker``): ``REPLIER:\\n`` and its text,
+        without ``■``. A speech with a character the model does not know is refused."""
+        head = prompt(self.speaker, check_plain(speech, "speech"), self.replier)
+        new = self.tokenizer.encode(head)  # ValueError for an unknown character
+        T = self.model.config.block_size
+        self.ids += new
+        self._crop(T - self.reserve)
+        end, written = self.tokenizer.stoi[END], list[int]()
+        while len(written) < self.max_chars:
+            if len(self.ids) >= T:
+                self._crop(T // 2)
+            token = self._next_token()
+            self.ids.append(token)
+            if token == end:
+                break
+            written.append(token)
+        else:
+            self.ids.append(end)  # the turn is closed for the next one
+        name = f"{self.replier}:\n" if self.replier is not None else ""
+        return name + self.tokenizer.decode(written)
