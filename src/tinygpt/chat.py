@@ -406,8 +406,9 @@ class ChatSession:
     With ``use_cache`` the keys and values of every token already read stay in the model's
     ``KVCache`` across turns: a new turn reads only its own tokens. The context holds
     ``block_size`` tokens; when a turn would not fit with room for a reply (``reserve``
-    tokens, default ``MAX_REPLY`` or half the context), the oldest turns are dropped (the context restarts at a later ``▷``) and the cache
-    is rebuilt; a reply that fills the context keeps its last half. Without the cache every
+    tokens, default ``MAX_REPLY`` or half the context), the oldest turns are dropped (the
+    context restarts at a later ``▷``) and the cache is rebuilt; a reply that fills the
+    context keeps its last half. Without the cache every
     token reads the whole context again: the same replies, slower."""
 
     def __init__(self, model: GPT, tokenizer: CharTokenizer, *, speaker: str = "HAMLET",
