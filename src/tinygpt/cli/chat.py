@@ -18,9 +18,9 @@ from typing import Any
 
 DESCRIPTION = """\
 Talk with a model fine-tuned to the chat template of tinygpt.chat (for instance the book's
-chat model, saved with tinygpt.book.chat_model.save). At a terminal, type a speech and press
-Enter; Ctrl-C drops the line (or stops a reply), Ctrl-D or /quit ends. From a pipe, the input
-is one speech and one reply is printed."""
+chat model of chapter 15, saved by tinygpt.book.chat_model.chat_model().save(FOLDER)). At a
+terminal, type a speech and press Enter; Ctrl-C drops the line (or stops a reply), Ctrl-D or
+/quit ends. From a pipe, the input is one speech and one reply is printed."""
 
 EPILOG = """\
 examples:
