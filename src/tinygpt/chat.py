@@ -22,8 +22,11 @@ part of the prompt (the speech, the speaker names, ``▶``) are ``IGNORE`` (``re
 The conversations a model is measured on come from plays it never trained on
 (``split_titles``): the plays that lie wholly in the book's validation text (the last 10% of
 the complete plays), which the book's model did not see either. Plays that straddle the cut are
-used for neither. The headings between scenes are not in the text, so a reply may begin a new
-scene: rare, and left in.
+used for neither. The headings between scenes are not in the text, so a "reply" may be the
+first speech of the next scene; such pairs are left in.
+
+``ChatSession`` holds a conversation with a model turn after turn, its key/value cache kept
+across turns (``tinygpt chat`` is built on it).
 """
 
 from __future__ import annotations
