@@ -184,6 +184,17 @@ def test_mean_reply_loss_is_the_reply_loss_of_one_batch():
         expected = chat.reply_loss(model.eval(), inputs, targets).item()
     assert math.isclose(chat.mean_reply_loss(model, TOKENIZER, CONVERSATIONS, batch_size=2),
                         expected, rel_tol=1e-5)
+    # without ■: the loss on the replies' characters alone, one conversation at a time
+    total, count = 0.0, 0
+    for c in CONVERSATIONS:
+        ids = TOKENIZER.encode(chat.render(c))
+        p = len(TOKENIZER.encode(chat.prompt(c.speaker, c.speech, c.replier)))
+        with torch.no_grad():
+            logits = model(torch.tensor([ids[:-1]]))[0, p - 1:-1]  # the last predicts ■
+        total += F.cross_entropy(logits, torch.tensor(ids[p:-1]), reduction="sum").item()
+        count += len(ids) - p - 1
+    assert math.isclose(chat.mean_reply_loss(model, TOKENIZER, CONVERSATIONS, end=False),
+                        total / count, rel_tol=1e-5)
 
 
 def test_a_conversation_longer_than_the_context_is_refused():

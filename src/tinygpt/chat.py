@@ -285,8 +285,9 @@ def reply_loss(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
 
 @torch.no_grad()
 def mean_reply_loss(model: GPT, tokenizer: CharTokenizer, conversations: Sequence[Conversation],
-                    batch_size: int = 256) -> float:
-    """The loss per reply token (nats), over every reply token of ``conversations``."""
+                    batch_size: int = 256, *, end: bool = True) -> float:
+    """The loss per reply token (nats), over every reply token of ``conversations``: the
+    reply's characters and its ``■`` (only the characters with ``end=False``)."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
@@ -294,6 +295,8 @@ def mean_reply_loss(model: GPT, tokenizer: CharTokenizer, conversations: Sequenc
         for i in range(0, len(conversations), batch_size):
             inputs, targets = batch(tokenizer, conversations[i:i + batch_size],
                                     model.config.block_size)
+            if not end:  # a reply's text holds no ■: the only ■ targets end the replies
+                targets[targets == tokenizer.stoi[END]] = IGNORE
             logits = model(inputs)
             total += F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
                                      ignore_index=IGNORE, reduction="sum").item()

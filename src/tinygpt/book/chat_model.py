@@ -182,13 +182,14 @@ def _share(values: list[bool]) -> dict[str, float]:
 
 def measure(model: GPT, tokenizer: CharTokenizer, held_out: list[chat.Conversation],
             recipe: ChatRecipe) -> dict[str, Any]:
-    """The reply loss on every held-out conversation; of the replies written to the first
-    ``recipe.replies`` prompts, the shares that end their turn and stay in role (with 95%
-    Wilson intervals), their mean length, and the first eight replies."""
+    """The reply loss on every held-out conversation (with and without ``■``); of the replies
+    written to the first ``recipe.replies`` prompts, the shares that end their turn and stay in
+    role (with 95% Wilson intervals), their mean length, and the first eight replies."""
     shown = held_out[:recipe.replies]
     replies = chat.sample_replies(model, tokenizer, shown, max_chars=recipe.max_chars,
                                   temperature=recipe.temperature, seed=recipe.sample_seed)
     return {"reply_loss": chat.mean_reply_loss(model, tokenizer, held_out),
+            "text_loss": chat.mean_reply_loss(model, tokenizer, held_out, end=False),
             "ends_turn": _share([chat.ends_turn(r) for r in replies]),
             "stays_in_role": _share([chat.stays_in_role(r) for r in replies]),
             "mean_chars": chat.describe(replies)["mean_chars"],
