@@ -1,5 +1,5 @@
-"""The book's chat model: the book's model fine-tuned on conversations from the plays, then
-tuned by DPO towards a preference, each stage measured; computed once and cached.
+"""The book's chat model: the book's model fine-tuned on conversations from the plays, and
+measured against the model it started from; computed once and cached.
 
 ``chat_model()`` widens the book's model (``tinygpt.book.trained_model.book_model``) by the
 chat template's three tokens and fine-tunes it (``tinygpt.chat.fine_tune``) by ``CHAT_RECIPE``
@@ -11,13 +11,12 @@ the recipe and the source of the code, as the book's model is), with its trainin
 
 ``sft_comparison()`` measures the widened base model and the fine-tuned one on the held-out
 conversations: the loss on the replies, and of the replies each one writes, the share that end
-their turn and that stay in role. ``preference_comparison()`` runs DPO (``tinygpt.dpo``) from
-the fine-tuned model and measures before and after. Both are cached JSON.
+their turn and that stay in role (cached JSON). ``tinygpt.book.preferences`` goes on from the
+fine-tuned model with DPO.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import os
@@ -31,7 +30,7 @@ from typing import Any
 
 import torch
 
-from tinygpt import chat, dpo
+from tinygpt import chat
 from tinygpt.book import results_cache, trained_model
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
 from tinygpt.checkpoint.folder import CheckpointError
@@ -67,26 +66,6 @@ class ChatRecipe:
 CHAT_RECIPE = ChatRecipe(train=TrainConfig(batch_size=32, max_iters=600, learning_rate=1e-3,
                                            min_lr=1e-4, warmup_iters=30, weight_decay=0.0,
                                            seed=0))
-
-
-@dataclass(frozen=True)
-class PreferenceRecipe:
-    """DPO from the chat model: ``prompts`` training prompts, ``samples`` replies sampled to
-    each at ``temperature`` (seeded by ``sample_seed``), the pairs ``tinygpt.dpo`` makes of
-    them, then ``train`` at ``beta``."""
-
-    train: TrainConfig
-    beta: float = 0.1
-    prompts: int = 600
-    samples: int = 4
-    temperature: float = 1.0
-    sample_seed: int = 1
-
-
-PREFERENCE_RECIPE = PreferenceRecipe(train=TrainConfig(batch_size=16, max_iters=150,
-                                                       learning_rate=1e-4, min_lr=1e-5,
-                                                       warmup_iters=10, weight_decay=0.0,
-                                                       seed=0))
 
 
 @dataclass
@@ -128,7 +107,8 @@ def base_model() -> tuple[GPT, CharTokenizer]:
         chat.chat_tokenizer(book.tokenizer)
 
 
-def _recipe_json(recipe: Any) -> dict[str, Any]:
+def recipe_json(recipe: Any) -> dict[str, Any]:
+    """``recipe`` and the book model's recipe, as JSON-able dicts (a cache key's recipe)."""
     return {"recipe": dataclasses.asdict(recipe),
             "book_model": dataclasses.asdict(trained_model.BOOK_RECIPE)}
 
@@ -137,7 +117,7 @@ def chat_model(recipe: ChatRecipe = CHAT_RECIPE) -> ChatModel:
     """The chat model fine-tuned by ``recipe``: loaded from the cache, or trained and cached
     (a corrupt cached copy is trained again)."""
     check_instance(recipe, ChatRecipe, "recipe")
-    key = results_cache.key("book.chat_model", _recipe_json(recipe))
+    key = results_cache.key("book.chat_model", recipe_json(recipe))
     path = results_cache.folder() / f"chat-model-{key[:20]}"
     if path.exists():
         try:
@@ -175,7 +155,8 @@ def chat_model(recipe: ChatRecipe = CHAT_RECIPE) -> ChatModel:
 
 # --- measurements ------------------------------------------------------------------------------
 
-def _share(values: list[bool]) -> dict[str, float]:
+def share(values: list[bool]) -> dict[str, float]:
+    """The share of true ``values`` with its 95% Wilson interval and their number."""
     low, high = wilson_interval(sum(values), len(values))
     return {"value": sum(values) / len(values), "low": low, "high": high, "n": len(values)}
 
@@ -190,8 +171,8 @@ def measure(model: GPT, tokenizer: CharTokenizer, held_out: list[chat.Conversati
                                   temperature=recipe.temperature, seed=recipe.sample_seed)
     return {"reply_loss": chat.mean_reply_loss(model, tokenizer, held_out),
             "text_loss": chat.mean_reply_loss(model, tokenizer, held_out, end=False),
-            "ends_turn": _share([chat.ends_turn(r) for r in replies]),
-            "stays_in_role": _share([chat.stays_in_role(r) for r in replies]),
+            "ends_turn": share([chat.ends_turn(r) for r in replies]),
+            "stays_in_role": share([chat.stays_in_role(r) for r in replies]),
             "mean_chars": chat.describe(replies)["mean_chars"],
             "examples": replies[:8]}
 
@@ -211,57 +192,12 @@ def compute_sft_comparison(recipe: ChatRecipe = CHAT_RECIPE) -> dict[str, Any]:
             "train_s": tuned.train_s, "machine": tuned.machine}
 
 
-def _metre(model: GPT, tokenizer: CharTokenizer, held_out: list[chat.Conversation],
-           recipe: ChatRecipe) -> tuple[dict[str, Any], list[str]]:
-    shown = held_out[:recipe.replies]
-    replies = chat.sample_replies(model, tokenizer, shown, max_chars=recipe.max_chars,
-                                  temperature=recipe.temperature, seed=recipe.sample_seed)
-    ended = [r for r in replies if chat.ends_turn(r) and chat.stays_in_role(r)]
-    return {"metre_distance": sum(map(dpo.metre_distance, ended)) / max(len(ended), 1),
-            "ten_syllable_lines": _share([
-                dpo.line_syllables(line) == 10 for r in ended
-                for line in r.removesuffix(chat.END).split("\n") if line.strip()] or [False]),
-            "ends_turn": _share([chat.ends_turn(r) for r in replies]),
-            "stays_in_role": _share([chat.stays_in_role(r) for r in replies]),
-            "mean_chars": chat.describe(replies)["mean_chars"],
-            "reply_loss": chat.mean_reply_loss(model, tokenizer, held_out),
-            "examples": replies[:8]}, replies
-
-
-def compute_preference_comparison(recipe: PreferenceRecipe = PREFERENCE_RECIPE,
-                                  chat_recipe: ChatRecipe = CHAT_RECIPE) -> dict[str, Any]:
-    """DPO from the chat model on pairs of its own replies to training prompts, ranked by
-    ``tinygpt.dpo.metre_distance``; the model before and after on held-out prompts, and the
-    divergence of the tuned model's replies from the reference's (nats per reply)."""
-    train, held_out = conversations()
-    tuned = chat_model(chat_recipe)
-    tokenizer = tuned.tokenizer
-    policy = copy.deepcopy(tuned.model)
-    generator = torch.Generator().manual_seed(recipe.sample_seed)
-    prompts = [train[i] for i in torch.randperm(len(train), generator=generator)[
-        :recipe.prompts].tolist()]
-    start = time.perf_counter()
-    sampled = [chat.sample_replies(policy, tokenizer, prompts, max_chars=chat_recipe.max_chars,
-                                   temperature=recipe.temperature,
-                                   seed=recipe.sample_seed + k) for k in range(recipe.samples)]
-    pairs = dpo.preference_pairs(prompts, [list(r) for r in zip(*sampled)])
-    reference, history = dpo.train_dpo(policy, tokenizer, pairs, recipe.train, recipe.beta)
-    seconds = time.perf_counter() - start
-    before, _ = _metre(reference, tokenizer, held_out, chat_recipe)
-    after, replies = _metre(policy, tokenizer, held_out, chat_recipe)
-    shown = held_out[:chat_recipe.replies]
-    return {"pairs": len(pairs), "prompts": len(prompts),
-            "example_pair": dataclasses.asdict(pairs[0]) if pairs else None,
-            "history": history, "seconds": seconds, "before": before, "after": after,
-            "divergence": dpo.divergence(policy, reference, tokenizer, shown, replies),
-            "held_out_prompts": [chat.prompt(c.speaker, c.speech, c.replier)
-                                 for c in shown[:8]]}
-
-
-def _cached(name: str, recipe: dict[str, Any], compute: Callable[[], dict[str, Any]]) -> Any:
+def cached(name: str, module: str, recipe: dict[str, Any],
+           compute: Callable[[], dict[str, Any]]) -> Any:
+    """``compute()``, cached as JSON under ``name`` and the key of ``recipe`` and of the source
+    of ``tinygpt.<module>`` (``tinygpt.book.results_cache``); a changed one computes again."""
     recipe = json.loads(json.dumps(recipe))  # as it reads back: tuples are lists in JSON
-    path = results_cache.folder() / (
-        f"{name}-{results_cache.key('book.chat_model', recipe)[:20]}.json")
+    path = results_cache.folder() / f"{name}-{results_cache.key(module, recipe)[:20]}.json"
     found = results_cache.read_json(path)
     if isinstance(found, dict) and found.get("recipe") == recipe:
         return found["result"]
@@ -272,10 +208,5 @@ def _cached(name: str, recipe: dict[str, Any], compute: Callable[[], dict[str, A
 
 def sft_comparison() -> dict[str, Any]:
     """``compute_sft_comparison()``, from the cache or computed and cached."""
-    return _cached("chat-sft", _recipe_json(CHAT_RECIPE), compute_sft_comparison)
-
-
-def preference_comparison() -> dict[str, Any]:
-    """``compute_preference_comparison()``, from the cache or computed and cached."""
-    recipe = {**_recipe_json(CHAT_RECIPE), "preference": dataclasses.asdict(PREFERENCE_RECIPE)}
-    return _cached("chat-dpo", recipe, compute_preference_comparison)
+    return cached("chat-sft", "book.chat_model", recipe_json(CHAT_RECIPE),
+                  compute_sft_comparison)
