@@ -55,7 +55,7 @@ PREFERENCE_RECIPE = PreferenceRecipe(train=TrainConfig(batch_size=16, max_iters=
                                                        seed=0))
 
 
-def measuremeasure_metre(model: GPT, tokenizer: CharTokenizer, held_out: list[chat.Conversation],
+def measure_metre(model: GPT, tokenizer: CharTokenizer, held_out: list[chat.Conversation],
                   recipe: ChatRecipe) -> tuple[dict[str, Any], list[str]]:
     """The model's replies to the first ``recipe.replies`` held-out prompts and what they are:
     of those that end their turn in role, the mean syllables off ten a line and the share of
