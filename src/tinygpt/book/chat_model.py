@@ -6,7 +6,8 @@ chat template's three tokens and fine-tunes it (``tinygpt.chat.fine_tune``) by `
 on the conversations of the plays wholly in the book's training text; the held-out
 conversations come from the plays wholly in its validation text (``tinygpt.chat.split_titles``).
 It is cached as a checkpoint (the folder ``chat-model-<key>`` of the results cache, keyed by
-the recipe and the source of the code, as the book's model is), with its training history;
+the recipe and the source of the code, as the book's model is), with its training history and
+its seconds (one torch thread);
 ``save(path)`` copies it where ``tinygpt chat`` can load it.
 
 ``sft_comparison()`` measures the widened base model and the fine-tuned one on the held-out
@@ -17,13 +18,14 @@ fine-tuned model with DPO.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,18 @@ class ChatModel:
                                history=self.history)
 
 
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread inside the block (as the book's evaluations do): these small
+    models gain little from a second, and on a busy machine two threads wait on each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def conversations() -> tuple[list[chat.Conversation], list[chat.Conversation]]:
     """The training conversations and the held-out ones (plays wholly in the book's training
     text, and wholly in its validation text)."""
@@ -132,13 +146,13 @@ def chat_model(recipe: ChatRecipe = CHAT_RECIPE) -> ChatModel:
             pass  # trained again below
     model, tokenizer = base_model()
     train, held_out = conversations()
-    start = time.perf_counter()
-    history: list[dict[str, Any]] = list(chat.fine_tune(
-        model, tokenizer, train, recipe.train, held_out=held_out[:recipe.held_out_eval],
-        eval_every=recipe.eval_every))
-    train_s = time.perf_counter() - start
-    machine = f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads, " \
-              f"torch {torch.__version__}"
+    with one_thread():
+        start = time.perf_counter()
+        history: list[dict[str, Any]] = list(chat.fine_tune(
+            model, tokenizer, train, recipe.train, held_out=held_out[:recipe.held_out_eval],
+            eval_every=recipe.eval_every))
+        train_s = time.perf_counter() - start
+    machine = f"{os.cpu_count()} CPU cores, one torch thread, torch {torch.__version__}"
     history[-1].update(train_s=train_s, machine=machine)
     result = ChatModel(model.eval(), tokenizer, recipe, history, train_s, machine,
                        trained_now=True, path=path)
@@ -182,13 +196,15 @@ def compute_sft_comparison(recipe: ChatRecipe = CHAT_RECIPE) -> dict[str, Any]:
     train, held_out = conversations()
     base, tokenizer = base_model()
     tuned = chat_model(recipe)
+    with one_thread():
+        base_row = measure(base, tokenizer, held_out, recipe)
+        tuned_row = measure(tuned.model, tokenizer, held_out, recipe)
     return {"train_conversations": len(train), "held_out_conversations": len(held_out),
             "held_out_titles": sorted({c.title for c in held_out}),
             "prompts": [chat.prompt(c.speaker, c.speech, c.replier)
                         for c in held_out[:8]],
             "true_replies": [c.reply for c in held_out[:8]],
-            "base": measure(base, tokenizer, held_out, recipe),
-            "fine_tuned": measure(tuned.model, tokenizer, held_out, recipe),
+            "base": base_row, "fine_tuned": tuned_row,
             "train_s": tuned.train_s, "machine": tuned.machine}
 
 

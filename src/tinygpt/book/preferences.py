@@ -27,6 +27,7 @@ from tinygpt.book.chat_model import (
     cached,
     chat_model,
     conversations,
+    one_thread,
     recipe_json,
     share,
 )
@@ -88,15 +89,18 @@ def compute_preference_comparison(recipe: PreferenceRecipe = PREFERENCE_RECIPE,
     generator = torch.Generator().manual_seed(recipe.sample_seed)
     prompts = [train[i] for i in torch.randperm(len(train), generator=generator)[
         :recipe.prompts].tolist()]
-    start = time.perf_counter()
-    sampled = [chat.sample_replies(policy, tokenizer, prompts, max_chars=chat_recipe.max_chars,
-                                   temperature=recipe.temperature,
-                                   seed=recipe.sample_seed + k) for k in range(recipe.samples)]
-    pairs = dpo.preference_pairs(prompts, [list(r) for r in zip(*sampled)])
-    reference, history = dpo.train_dpo(policy, tokenizer, pairs, recipe.train, recipe.beta)
-    seconds = time.perf_counter() - start
-    before, _ = measure_metre(reference, tokenizer, held_out, chat_recipe)
-    after, replies = measure_metre(policy, tokenizer, held_out, chat_recipe)
+    with one_thread():
+        start = time.perf_counter()
+        sampled = [chat.sample_replies(policy, tokenizer, prompts,
+                                       max_chars=chat_recipe.max_chars,
+                                       temperature=recipe.temperature,
+                                       seed=recipe.sample_seed + k)
+                   for k in range(recipe.samples)]
+        pairs = dpo.preference_pairs(prompts, [list(r) for r in zip(*sampled)])
+        reference, history = dpo.train_dpo(policy, tokenizer, pairs, recipe.train, recipe.beta)
+        seconds = time.perf_counter() - start
+        before, _ = measure_metre(reference, tokenizer, held_out, chat_recipe)
+        after, replies = measure_metre(policy, tokenizer, held_out, chat_recipe)
     shown = held_out[:chat_recipe.replies]
     return {"pairs": len(pairs), "prompts": len(prompts),
             "example_pair": dataclasses.asdict(pairs[0]) if pairs else None,
