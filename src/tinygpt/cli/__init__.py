@@ -1,5 +1,6 @@
-"""The command line: ``tinygpt train``, ``tinygpt sample``, ``tinygpt prepare`` and ``tinygpt
-exercises`` (also ``python -m tinygpt``), one module per command beside this one.
+"""The command line: ``tinygpt train``, ``tinygpt sample``, ``tinygpt prepare``, ``tinygpt
+exercises`` and ``tinygpt chat`` (also ``python -m tinygpt``), one module per command beside
+this one.
 
 It handles the parser and the exit codes: ``build_parser`` makes the commands (the model and
 training options come from ``GPTConfig`` and ``TrainConfig``, ``tinygpt.cli.options``), and
@@ -23,6 +24,7 @@ from typing import Any
 
 import tinygpt
 from tinygpt.cli import preflight
+from tinygpt.cli.chat import add_chat
 from tinygpt.cli.exercises import add_exercises
 from tinygpt.cli.options import dataclass_options, name_options
 from tinygpt.cli.prepare import add_prepare
@@ -56,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tinygpt", description="Train a small GPT on a text "
                                      "and sample from it.")
     parser.add_argument("--version", action="version", version=f"tinygpt {tinygpt.__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{train,sample,prepare,exercises}")
+    commands = parser.add_subparsers(dest="command",
+                                     metavar="{train,sample,prepare,exercises,chat}")
     train = commands.add_parser("train", help="train a GPT on a text file or a corpus",
                                 description="Train a GPT and save its checkpoint in --out.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -108,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample.set_defaults(run=run_sample)
     add_prepare(commands, add_option)
     add_exercises(commands, add_option)
+    add_chat(commands, add_option)
     return parser
 
 

@@ -21,8 +21,8 @@ and task; ``tinygpt exercises --from my_gpt.py`` checks a whole file of your fun
 
 The exercises are defined, chapter by chapter, in ``tokens_to_embeddings`` (chapters 1-4),
 ``attention_to_gpt`` (5-7), ``training_and_sampling`` (8-9), ``scaling_to_corpora``
-(10-13) and ``fine_tuning`` (14); ``grading`` runs them, ``comparison`` compares results,
-``workbook`` reads a file.
+(10-13), ``fine_tuning`` (14) and ``chat`` (15); ``grading`` runs them, ``comparison``
+compares results, ``workbook`` reads a file.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from tinygpt.exercises import (
     attention_to_gpt,
+    chat,
     fine_tuning,
     scaling_to_corpora,
     tokens_to_embeddings,
@@ -41,7 +42,7 @@ from tinygpt.exercises.grading import Exercise, Result, grade
 
 EXERCISES: dict[str, Exercise] = {
     e.id: e for module in (tokens_to_embeddings, attention_to_gpt, training_and_sampling,
-                           scaling_to_corpora, fine_tuning) for e in module.EXERCISES}
+                           scaling_to_corpora, fine_tuning, chat) for e in module.EXERCISES}
 
 
 class Entry(NamedTuple):

@@ -1,0 +1,112 @@
+"""``tinygpt chat CHECKPOINT``: talk with a model fine-tuned to the chat template
+(``tinygpt.chat``).
+
+At a terminal it is a loop: a line typed (with readline's line editing and history, where
+Python has readline) is a speech; the model's reply is printed; Ctrl-C drops the line being
+typed or stops the reply being written, Ctrl-D (or ``/quit``) ends. Reading from a pipe, the
+whole input is one speech and one reply is printed. The turns of one session stay in the
+model's key/value cache (``tinygpt.chat.ChatSession``). A checkpoint whose tokenizer lacks the
+template's special tokens is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from typing import Any
+
+DESCRIPTION = """\
+Talk with a model fine-tuned to the chat template of tinygpt.chat (for instance the book's
+chat model of chapter 15, saved by tinygpt.book.chat_model.chat_model().save(FOLDER)). At a
+terminal, type a speech and press Enter; Ctrl-C drops the line (or stops a reply), Ctrl-D or
+/quit ends. From a pipe, the input is one speech and one reply is printed."""
+
+EPILOG = """\
+examples:
+  tinygpt chat out/chat-model
+  tinygpt chat out/chat-model --as OPHELIA --temperature 0.6
+  echo "To be, or not to be" | tinygpt chat out/chat-model
+"""
+
+
+def add_chat(commands: Any, add_option: Any) -> None:
+    """Add the ``chat`` command to the ``tinygpt`` parser's ``commands``."""
+    parser = commands.add_parser("chat", help="talk with a chat model (a checkpoint)",
+                                 description=DESCRIPTION, epilog=EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", metavar="CHECKPOINT",
+                        help="the checkpoint folder of a model fine-tuned to chat")
+    add_option(parser, "--as", "the speaker who replies, in capitals as the plays write names",
+               shown="the model chooses", dest="replier", metavar="SPEAKER")
+    add_option(parser, "--speaker", "your name in the conversation", default="HAMLET",
+               metavar="NAME")
+    for flag, kind, default, text in [
+            ("--temperature", float, 0.8, "divides the logits; 0 is greedy"),
+            ("--top-k", int, None, "keep the k most likely tokens (1 to the vocabulary size)"),
+            ("--top-p", float, None, "keep the fewest likeliest tokens reaching probability p"),
+            ("--max-chars", int, 200, "the longest reply, in characters"),
+            ("--seed", int, 0, "seeds the sampling")]:
+        add_option(parser, flag, text, type=kind, default=default, metavar=kind.__name__.upper())
+    add_option(parser, "--no-cache", "read the whole context again for every token instead of "
+               "keeping keys and values in the cache (same replies, slower)",
+               action="store_true")
+    parser.set_defaults(run=run_chat)
+
+
+def open_session(args: argparse.Namespace) -> Any:
+    """The ``ChatSession`` of the checkpoint and options in ``args``; a clear error for a
+    checkpoint without a chat template."""
+    from tinygpt.chat import SPECIAL_TOKENS, ChatSession, has_chat_template
+    from tinygpt.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(args.checkpoint)
+    if not has_chat_template(ckpt.tokenizer):
+        raise ValueError(f"the checkpoint in {args.checkpoint} has no chat template: its "
+                         f"tokenizer lacks the special tokens {' '.join(SPECIAL_TOKENS)}, so it "
+                         "is a language model not fine-tuned to chat; use `tinygpt sample` with "
+                         "it, or fine-tune it first (tinygpt.chat.fine_tune)")
+    return ChatSession(ckpt.model, ckpt.tokenizer, speaker=args.speaker, replier=args.replier,
+                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                       max_chars=args.max_chars, seed=args.seed, use_cache=not args.no_cache)
+
+
+def run_chat(args: argparse.Namespace, argv: list[str]) -> int:
+    """``tinygpt chat``: one reply to a piped speech, or the interactive loop at a terminal."""
+    session = open_session(args)
+    if not sys.stdin.isatty():
+        speech = sys.stdin.read().strip("\n")
+        if not speech.strip():
+            raise ValueError("the input is empty: pipe a speech to reply to, e.g. "
+                             "echo 'To be, or not to be' | tinygpt chat CHECKPOINT")
+        print(session.reply(speech))
+        return 0
+    return interact(session)
+
+
+def interact(session: Any) -> int:
+    """The loop at a terminal; returns 0 when the user ends it."""
+    with contextlib.suppress(ImportError):  # Windows: input() without line editing
+        import readline  # noqa: F401  # importing it gives input() line editing and history
+    print(f"You speak as {session.speaker}. Type a speech and press Enter; Ctrl-C drops it, "
+          "Ctrl-D or /quit ends.")
+    while True:
+        try:
+            line = input(f"{session.speaker}> ")
+        except KeyboardInterrupt:
+            print("^C")
+            continue
+        except EOFError:
+            print()
+            return 0
+        if line.strip() == "/quit":
+            return 0
+        if not line.strip():
+            continue
+        try:
+            print(session.reply(line), flush=True)
+        except KeyboardInterrupt:
+            session.stopped()
+            print("\n(reply stopped)", flush=True)
+        except ValueError as err:  # a character the model does not know, a special token
+            print(f"tinygpt: {err}", flush=True)
