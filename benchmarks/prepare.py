@@ -100,6 +100,16 @@ def anon_rss_mib() -> float:
     return float("nan")
 
 
+def peak_rss_mib() -> float:
+    """The peak resident memory of this process since it started its program (Linux's VmHWM;
+    ``ru_maxrss`` would keep the peak of the process that forked it), else ``ru_maxrss``."""
+    status = Path("/proc/self/status")
+    for line in status.read_text().splitlines() if status.exists() else []:
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child(argv: list[str]) -> None:
     """Run one measurement in this fresh process; print its result as JSON."""
     kind, corpus, out = argv[0], Path(argv[1]), Path(argv[2])
@@ -112,7 +122,11 @@ def child(argv: list[str]) -> None:
         m = write_shards(corpus, out, Options("gpt2", val_fraction=0.05, shard_tokens=1 << 22),
                          workers=int(argv[3]))
         result = {"seconds": time.perf_counter() - start,
-                  "tokens": m["tokens"]["train"] + m["tokens"]["val"]}
+                  "tokens": m["tokens"]["train"] + m["tokens"]["val"],
+                  "workers_max_rss_mib": (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+                                          / 1024)}
+    elif kind == "tiktoken":
+        result = tiktoken_rate(corpus, int(argv[3]))
     elif kind in ("bpe", "hf-bpe"):
         from tinygpt.prepare.documents import Options, find_inputs
         from tinygpt.prepare.workers import make_tokenizer
@@ -155,7 +169,7 @@ def child(argv: list[str]) -> None:
             times.append(time.perf_counter() - start)
         result["get_batch_us"] = statistics.median(times) * 1e6
         result["rss_anon_mib"] = anon_rss_mib()
-    result["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["max_rss_mib"] = peak_rss_mib()
     print(json.dumps(result))
 
 

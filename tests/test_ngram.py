@@ -114,3 +114,69 @@ def test_ngram_bad_input() -> None:
         model.fit([0, 1, 5])
     with pytest.raises(ValueError, match="nothing to sample"):
         NGramModel(2, 3, smoothing=0).fit([0, 1]).sample([2], 1, torch.Generator())
+
+
+@pytest.mark.parametrize("k", [0.0, 0.5])
+def test_sample_chains_draws_from_the_model_probabilities(k) -> None:
+    """Many chains side by side: the first id after a context, and the second after the first,
+    have the frequencies ``probs`` gives (within 5 standard errors of the counts)."""
+    model = NGramModel(3, 5, smoothing=k).fit([0, 1, 2, 3, 0, 1, 2, 0, 1, 4, 4, 0, 1, 2, 2, 0])
+    chains = 200_000
+    prompts = np.tile([[3, 0, 1]], (chains, 1))  # the last n - 1 = 2 ids count: (0, 1)
+    out = model.sample_chains(prompts, 2, np.random.default_rng(0))
+    assert out.shape == (chains, 2) and out.dtype == np.int64
+
+    def assert_frequencies(ids, p) -> None:
+        observed = np.bincount(ids, minlength=5) / len(ids)
+        error = np.sqrt(p * (1 - p) / len(ids))
+        assert np.all(np.abs(observed - p) <= 5 * error + 1e-12), (observed, p)
+
+    assert_frequencies(out[:, 0], model.probs([0, 1]).numpy())
+    for first in range(5):  # the second id, among the chains whose first id was `first`
+        rows = out[:, 0] == first
+        if rows.sum() > 1000:
+            assert_frequencies(out[rows, 1], model.probs([1, first]).numpy())
+
+
+def test_sample_chains_after_an_unseen_context_is_uniform_then_follows_the_counts() -> None:
+    model = NGramModel(2, 4, smoothing=1.0).fit([0, 1, 0, 1, 0, 2])  # 3 is never a context
+    out = model.sample_chains(np.full((100_000, 1), 3), 1, np.random.default_rng(1))
+    observed = np.bincount(out[:, 0], minlength=4) / len(out)
+    np.testing.assert_allclose(observed, model.probs([3]).numpy(), atol=0.01)
+    assert np.allclose(model.probs([3]).numpy(), 0.25)
+
+
+def test_sample_chains_is_deterministic_and_n_1_is_the_unigram_model() -> None:
+    circle = [0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1, 2, 3, 0, 0, 1, 2]  # it ends as it starts
+    model = NGramModel(4, 6, smoothing=0.0).fit(circle)
+    prompts = [[0, 1, 2], [1, 2, 3], [2, 3, 0]]
+    first = model.sample_chains(prompts, 50, np.random.default_rng(7))
+    assert np.array_equal(first, model.sample_chains(prompts, 50, np.random.default_rng(7)))
+    assert not np.array_equal(first, model.sample_chains(prompts, 50, np.random.default_rng(8)))
+    # every 4-gram of a chain (prompt included) was seen in training: smoothing 0
+    seen = {tuple(g) for g in np.lib.stride_tricks.sliding_window_view(circle, 4)}
+    for row, prompt in zip(first, prompts, strict=True):
+        chain = [*prompt, *row]
+        assert all(tuple(chain[i : i + 4]) in seen for i in range(len(chain) - 3))
+    unigram = NGramModel(1, 3, smoothing=0.0).fit([0, 0, 0, 2])
+    out = unigram.sample_chains(np.zeros((50_000, 0), dtype=np.int64), 2, np.random.default_rng(0))
+    np.testing.assert_allclose(np.bincount(out.ravel(), minlength=3) / out.size, [0.75, 0, 0.25],
+                               atol=0.01)
+
+
+def test_sample_chains_bad_input() -> None:
+    model = NGramModel(3, 5, smoothing=0.0).fit([0, 1, 2, 3])
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="nothing to sample"):
+        model.sample_chains([[2, 3]], 1, rng)  # (2, 3) is the last context: nothing after it
+    with pytest.raises(ValueError, match="at least n - 1 = 2"):
+        model.sample_chains([[0]], 1, rng)
+    with pytest.raises(ValueError, match=r"\(B, n - 1\)"):
+        model.sample_chains([0, 1], 1, rng)
+    with pytest.raises(ValueError, match="unknown token id 7"):
+        model.sample_chains([[0, 7]], 1, rng)
+    with pytest.raises(TypeError, match=r"numpy\.random\.Generator"):
+        model.sample_chains([[0, 1]], 1, torch.Generator())
+    with pytest.raises(RuntimeError, match="fit"):
+        NGramModel(2, 5).sample_chains([[0]], 1, rng)
+    assert model.sample_chains([[0, 1]], 0, rng).shape == (1, 0)

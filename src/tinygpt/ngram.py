@@ -150,6 +150,60 @@ class NGramModel:
             history.append(draw_from_cdf(cdf, float(u[step])))
         return history[len(history) - num_tokens :]
 
+    def sample_chains(self, prompts, num_tokens: int, rng: np.random.Generator) -> np.ndarray:
+        """``num_tokens`` ids after each row of ``prompts`` ``(B, >= n - 1)``, the ``B`` chains
+        drawn side by side (one array step per position, not one Python step per token): an
+        int64 ``(B, num_tokens)`` array. Each id is drawn from the same add-k distribution as
+        :meth:`probs` gives, as a mixture: with weight ``count(c) / (count(c) + kV)`` one of the
+        n-grams seen after the context ``c`` (in proportion to its count), else a uniform id.
+        The draws come from the NumPy generator ``rng``, so a seeded one gives the same ids."""
+        self._check_fitted()
+        check_int(num_tokens, "num_tokens", low=0)
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        rows = np.asarray(prompts)
+        if rows.ndim != 2 or rows.shape[0] == 0:
+            raise ValueError(f"prompts must be a (B, n - 1) array of ids, B >= 1, got shape "
+                             f"{rows.shape}")
+        V, k, width = self.vocab_size, self.smoothing, self.n - 1
+        checked_id_array(rows.ravel(), V, min_len=0)
+        if rows.shape[1] < width:
+            raise ValueError(f"each prompt needs at least n - 1 = {width} ids, got "
+                             f"{rows.shape[1]}")
+        context = np.zeros(len(rows), dtype=np.int64)  # (B,) the last n - 1 ids as one code
+        for j in range(rows.shape[1] - width, rows.shape[1]):
+            context = context * V + rows[:, j].astype(np.int64)
+        # One slot per counted occurrence, runs of the same context together: slot s holds the
+        # index of its n-gram, so a context's draw is a uniform slot of its run (no search).
+        slots = np.repeat(np.arange(len(self._ngrams)), self._ngram_counts)  # (N,)
+        run_start = np.concatenate([[0], np.cumsum(self._context_counts)])[:-1]  # (C,)
+        target = self._ngrams % V  # (M,) the id each n-gram ends with
+        successor = self._context_index(self._ngrams % V**width)  # (M,) its last n - 1 ids
+        c = self._context_index(context)  # (B,) each chain's context, -1 if never seen
+        out = np.empty((len(rows), num_tokens), dtype=np.int64)
+        for step in range(num_tokens):
+            seen = np.where(c >= 0, self._context_counts[c], 0)  # (B,) count(c)
+            total = seen + k * V
+            if (total <= 0).any():
+                raise ValueError("a context was never seen and smoothing=0: nothing to sample")
+            u = rng.random(len(rows)) * total  # (B,) a point on [0, count(c) + kV)
+            from_counts = u < seen
+            slot = run_start[c] + np.where(from_counts, np.floor(u), 0).astype(np.int64)
+            j = slots[slot]  # (B,) the n-gram drawn (meaningful where from_counts)
+            drawn, next_c = target[j], successor[j]
+            if not from_counts.all():  # the rest of [0, count(c) + kV): k for each of the V ids
+                rest = ~from_counts
+                drawn[rest] = np.minimum((u[rest] - seen[rest]) / k, V - 1).astype(np.int64)
+                next_c[rest] = self._context_index((context[rest] * V + drawn[rest]) % V**width)
+            out[:, step], c = drawn, next_c
+            context = (context * V + drawn) % V**width
+        return out
+
+    def _context_index(self, codes: np.ndarray) -> np.ndarray:
+        """The index of each context code in the stored contexts, ``-1`` where never seen."""
+        i = np.searchsorted(self._contexts, codes).clip(max=len(self._contexts) - 1)
+        return np.where(self._contexts[i] == codes, i, -1)
+
     def __repr__(self) -> str:
         fitted = f", {self.num_ngrams} n-grams" if self._fitted else ", not fitted"
         return (f"NGramModel(n={self.n}, vocab_size={self.vocab_size}, "
