@@ -23,8 +23,7 @@ trains it with several seeds here, for the spread (``results/modern_book_seeds.j
 
 Usage: python benchmarks/modern_book.py --cpu-seeds 1337 1338 1339   (about 10 minutes)
        python benchmarks/modern_book.py --time --timings benchmarks/results/modern_book_timings.json
-       python benchmarks/modern_book.py --train --timings ... --device cuda --jobs 12 \
-           --out sweep.jsonl
+       python benchmarks/modern_book.py --train --device cuda --jobs 12 --out sweep.jsonl
 """
 
 from __future__ import annotations
@@ -244,6 +243,9 @@ def main() -> None:
     p.add_argument("--gpu-lr-modern", type=float, default=2e-3)
     p.add_argument("--gpu-out", default="modern_book_gpu.json")
     args = p.parse_args()
+    if not (args.time or args.train or args.cpu_seeds or args.gpu_scale):  # e.g. `make bench`
+        print(__doc__.split("Usage:")[1].strip())
+        return
     if args.cpu_seeds:
         cpu_seeds(args)
     if args.gpu_scale:

@@ -19,8 +19,7 @@ A candidate found here is then run by ``speedrun.py --modern --sr-...`` beside n
 only that run's ratio is a result.
 
 Usage: python benchmarks/speedrun_search.py --time --timings /tmp/sr_timings.json
-       python benchmarks/speedrun_search.py --train --timings ... --device cuda --jobs 8 \
-           --out sr.jsonl
+       python benchmarks/speedrun_search.py --train --device cuda --jobs 8 --out sr.jsonl
 """
 
 from __future__ import annotations
@@ -151,6 +150,9 @@ def main() -> None:
     p.add_argument("--check-every", type=int, default=10)
     p.add_argument("--out", default="speedrun_search.jsonl")
     args = p.parse_args()
+    if not (args.time or args.train):  # e.g. `make bench`: nothing is measured without a mode
+        print(__doc__.split("Usage:")[1].strip())
+        return
     if args.time:
         time_shapes(args)
     if args.train:
