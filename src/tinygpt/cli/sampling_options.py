@@ -21,19 +21,25 @@ from tinygpt.cli.preflight import check_device, check_seed
 OPTION_NAMES = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p"}
 
 
-def add_sampling_options(parser: argparse.ArgumentParser, add_option: Callable[..., None], *,
-                         seed: int) -> None:
+def add_sampling_options(
+    parser: argparse.ArgumentParser, add_option: Callable[..., None], *, seed: int
+) -> None:
     """Add the sampling options to ``parser`` with ``add_option`` (``tinygpt.cli.add_option``,
     which shows each default in the help); ``seed``: the command's default seed."""
     for flag, kind, default, text in [
-            ("--temperature", float, 0.8, "divides the logits; 0 is greedy"),
-            ("--top-k", int, None, "keep the k most likely tokens (1 to the vocabulary size)"),
-            ("--top-p", float, None, "keep the fewest likeliest tokens reaching probability p"),
-            ("--seed", int, seed, "seeds the sampling")]:
+        ("--temperature", float, 0.8, "divides the logits; 0 is greedy"),
+        ("--top-k", int, None, "keep the k most likely tokens (1 to the vocabulary size)"),
+        ("--top-p", float, None, "keep the fewest likeliest tokens reaching probability p"),
+        ("--seed", int, seed, "seeds the sampling"),
+    ]:
         add_option(parser, flag, text, type=kind, default=default, metavar=kind.__name__.upper())
-    add_option(parser, "--no-cache", "read the whole context again for every token instead of "
-               "keeping keys and values in the cache (the same output, slower)",
-               action="store_true")
+    add_option(
+        parser,
+        "--no-cache",
+        "read the whole context again for every token instead of "
+        "keeping keys and values in the cache (the same output, slower)",
+        action="store_true",
+    )
     add_option(parser, "--device", "cpu, cuda, cuda:N, mps or auto", default="cpu")
 
 
