@@ -7,13 +7,13 @@ on the conversations of the plays wholly in the book's training text; the held-o
 conversations come from the plays wholly in its validation text (``tinygpt.chat.split_titles``).
 It is cached as a checkpoint (the folder ``chat-model-<key>`` of the results cache, keyed by
 the recipe and the source of the code, as the book's model is), with its training history and
-its seconds (one torch thread);
-``save(path)`` copies it where ``tinygpt chat`` can load it.
+its seconds (one torch thread); a second process that asks for it meanwhile waits for the first
+(``results_cache.lock``) and loads it. ``save(path)`` copies it where ``tinygpt chat`` can load it.
 
 ``sft_comparison()`` measures the widened base model and the fine-tuned one on the held-out
 conversations: the loss on the replies, and of the replies each one writes, the share that end
-their turn and that stay in role (cached JSON). ``tinygpt.book.preferences`` goes on from the
-fine-tuned model with DPO.
+their turn and that stay in role (cached JSON: ``results_cache.cached``).
+``tinygpt.book.preferences`` goes on from the fine-tuned model with DPO.
 """
 
 from __future__ import annotations
