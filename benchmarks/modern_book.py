@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import platform
 import statistics
@@ -41,6 +40,7 @@ from pathlib import Path
 
 import torch
 from _bookrun import step_times  # benchmarks/_bookrun.py
+from _sweep import run_sweep  # benchmarks/_sweep.py
 
 from tinygpt.book.scoring import score
 from tinygpt.book.trained_model import BOOK_RECIPE, book_data
@@ -140,15 +140,14 @@ def train_candidates(args: argparse.Namespace) -> None:
         steps = int(args.budget_s * 1000 / entry["median_ms"])
         jobs.append({"shape": entry["shape"], "steps": min(steps, args.max_steps),
                      "cpu_ms": entry["median_ms"], "seed": 1337, "device": args.device, **extra})
-    print(f"{len(jobs)} runs, {args.jobs} at a time", flush=True)
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(args.jobs) as pool, open(args.out, "a") as out:
-        for row in pool.imap_unordered(run_one, jobs):
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            print(f"{row['name']} lr {row['lr']:g} seed {row['seed']} steps {row['steps']} "
-                  f"{row.get('model_changes', '')} {row.get('train_changes', '')}: "
-                  f"{row['whole_val_loss']:.4f} ({row['seconds']:.0f} s)", flush=True)
+    run_sweep(run_one, jobs, args.jobs, args.out, describe)
+
+
+def describe(row: dict) -> str:
+    """One finished candidate, in a line."""
+    return (f"{row['name']} lr {row['lr']:g} seed {row['seed']} steps {row['steps']} "
+            f"{row.get('model_changes', '')} {row.get('train_changes', '')}: "
+            f"{row['whole_val_loss']:.4f} ({row['seconds']:.0f} s)")
 
 
 SEEDS_RESULT = Path(__file__).parent / "results" / "modern_book_seeds.json"

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import multiprocessing
 import os
 import statistics
 import sys
@@ -37,6 +36,7 @@ from pathlib import Path
 import speedrun  # benchmarks/speedrun.py
 import torch
 from _bookrun import step_times
+from _sweep import run_sweep  # benchmarks/_sweep.py
 
 from tinygpt.model import GPT
 from tinygpt.train import train
@@ -123,15 +123,13 @@ def train_candidates(args: argparse.Namespace) -> None:
         jobs.append({"name": shape_name, "shape": entry["shape"], "iters": iters, "lr": lr,
                      "seed": seed, "cpu_ms": entry["median_ms"], "device": args.device,
                      "check_from": args.check_from, "check_every": args.check_every})
-    print(f"{len(jobs)} runs, {args.jobs} at a time", flush=True)
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(args.jobs) as pool, open(args.out, "a") as out:
-        for row in pool.imap_unordered(run_one, jobs):
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            print(f"{row['name']} iters {row['iters']} lr {row['lr']:g} seed {row['seed']}: "
-                  f"target at {row['steps_to_target']} ({row['cpu_s_to_target']} CPU s)",
-                  flush=True)
+    run_sweep(run_one, jobs, args.jobs, args.out, describe)
+
+
+def describe(row: dict) -> str:
+    """One finished candidate, in a line."""
+    return (f"{row['name']} iters {row['iters']} lr {row['lr']:g} seed {row['seed']}: "
+            f"target at {row['steps_to_target']} ({row['cpu_s_to_target']} CPU s)")
 
 
 def main() -> None:

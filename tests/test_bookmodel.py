@@ -159,7 +159,7 @@ def test_a_corrupt_copy_is_reported_trained_again_and_repaired_never_used(trains
     repaired = book_model(TINY, progress=False)  # no warning: the copy was replaced
     assert not repaired.trained_now and len(trains) == 2
     assert same_weights(weights(repaired.model), trained)
-    assert entries(first.path.parent) == [trained_model.lock_path(first.path).name, first.path.name]
+    assert entries(first.path.parent) == [results_cache.lock_path(first.path).name, first.path.name]
 
 
 def test_a_consistent_copy_missing_a_sample_is_not_used(trains):
@@ -186,7 +186,7 @@ def test_a_failed_save_leaves_no_temporary_folder_and_no_entry(trains, monkeypat
     with pytest.warns(UserWarning, match="could not cache the book model"):
         result = book_model(TINY, progress=False)
     assert result.trained_now and not result.path.exists()
-    assert entries(tmp_path / "results") == [trained_model.lock_path(result.path).name]
+    assert entries(tmp_path / "results") == [results_cache.lock_path(result.path).name]
     monkeypatch.setattr(trained_model, "save_checkpoint", real)
     assert book_model(TINY, progress=False).trained_now and len(trains) == 2  # trained again
 
@@ -239,7 +239,7 @@ def test_a_second_process_waits_for_the_first_and_loads_its_model(trains):
     first = book_model(TINY, progress=False)
     stored = first.path.with_name("stored")
     first.path.rename(stored)  # as if the first process were still training
-    lock = str(trained_model.lock_path(first.path))
+    lock = str(results_cache.lock_path(first.path))
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, lock],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

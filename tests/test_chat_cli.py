@@ -10,6 +10,7 @@ unknown character get clear errors. The special tokens survive a checkpoint's sa
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import select
 import subprocess
@@ -117,6 +118,48 @@ def test_the_command_reports_bad_input(checkpoints, checkpoint, stdin, message):
     out = run_chat(checkpoints[checkpoint], stdin=stdin)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, \
         out.stderr
+
+
+def chat_in_process(capsys, monkeypatch, *args: object, stdin: str = "To be\n"):
+    """``tinygpt chat`` run by ``tinygpt.cli.main`` in this process: (code, stdout, stderr)."""
+    from tinygpt.cli import main
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))  # not a terminal: one reply
+    code = main(["chat", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--device", "cuda:7"), "--device cuda:7: was asked for, but this machine has"),
+    (("--device", "tpu"), "--device tpu: not a device tinygpt runs on"),
+    (("--seed", str(2**63)), "--seed 9223372036854775808: a seed must be an integer from 0"),
+    (("--top-k", "0"), "(option --top-k)"),
+    (("--top-p", "1.5"), "(option --top-p)"),
+    (("--temperature", "-1"), "(option --temperature)"),
+    (("--max-chars", "0"), "(option --max-chars)"),
+])
+def test_a_bad_sampling_option_or_device_is_refused_naming_it(checkpoints, capsys, monkeypatch,
+                                                               args, message):
+    code, out, err = chat_in_process(capsys, monkeypatch, checkpoints[0], *args)
+    assert code == 2 and out == "" and message in err and "Traceback" not in err, err
+    assert err.startswith("tinygpt: error: ") and len(err.splitlines()) == 1
+
+
+def test_device_cpu_gives_the_reply_of_the_default(checkpoints, capsys, monkeypatch):
+    replies = [chat_in_process(capsys, monkeypatch, checkpoints[0], "--max-chars", 12, *device)
+               for device in ((), ("--device", "cpu"))]
+    assert replies[0] == replies[1] and replies[0][0] == 0 and replies[0][1].strip()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_session_runs_on_the_models_device():
+    model = tiny_model(TOKENIZER.vocab_size, block_size=64)
+    on_cpu = chat.ChatSession(model, TOKENIZER, replier="OPHELIA", temperature=0, max_chars=20)
+    on_cuda = chat.ChatSession(tiny_model(TOKENIZER.vocab_size, block_size=64).to("cuda"),
+                               TOKENIZER, replier="OPHELIA", temperature=0, max_chars=20)
+    assert on_cuda.device.type == "cuda" and on_cuda.generator.device.type == "cuda"
+    assert on_cuda.reply("To be") == on_cpu.reply("To be")  # greedy: the same reply
 
 
 def read_until(fd: int, wanted: str, timeout: float = 60) -> str:

@@ -415,7 +415,8 @@ class ChatSession:
     tokens, default ``MAX_REPLY`` or half the context), the oldest turns are dropped (the
     context restarts at a later ``▷``) and the cache is rebuilt; a reply that fills the
     context keeps its last half. Without the cache every
-    token reads the whole context again: the same replies, slower."""
+    token reads the whole context again: the same replies, slower. The session runs on the
+    model's device (its random generator too)."""
 
     def __init__(self, model: GPT, tokenizer: CharTokenizer, *, speaker: str = "HAMLET",
                  replier: str | None = None, temperature: float = 0.8, top_k: int | None = None,
@@ -442,7 +443,8 @@ class ChatSession:
         self.reserve = min(MAX_REPLY, T // 2) if reserve is None else check_int(
             reserve, "reserve", 1, T - 1)
         self.model, self.tokenizer, self.use_cache = model.eval(), tokenizer, use_cache
-        self.generator = torch.Generator().manual_seed(seed)
+        self.device = model.lm_head.weight.device  # the session runs where the model is
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.ids: list[int] = []  # the context: the conversation's latest tokens
         self.caches = model.new_caches(1) if use_cache else None
         self.fed = 0  # tokens of ``ids`` whose keys and values are in the caches
@@ -473,10 +475,10 @@ class ChatSession:
         from tinygpt.sample import sample_next
 
         if self.caches is None:
-            logits = self.model(torch.tensor([self.ids]), last_only=True)
+            logits = self.model(torch.tensor([self.ids], device=self.device), last_only=True)
         else:
-            logits = self.model(torch.tensor([self.ids[self.fed:]]), caches=self.caches,
-                                last_only=True)
+            logits = self.model(torch.tensor([self.ids[self.fed:]], device=self.device),
+                                caches=self.caches, last_only=True)
             self.fed = len(self.ids)
         token = sample_next(logits[:, -1, :], self.temperature, self.top_k, self.top_p,
                             self.generator)

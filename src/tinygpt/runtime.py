@@ -1,4 +1,4 @@
-"""Where and how the model runs: the device, bf16 autocast, and the CPU allocator.
+"""Where and how the model runs: the device, bf16 autocast, the threads and the CPU allocator.
 
 It handles the settings that training and sampling share and that do not change the maths:
 
@@ -7,14 +7,14 @@ It handles the settings that training and sampling share and that do not change 
   says what is missing; which names are devices is ``tinygpt.config.is_device_name``'s rule);
 * ``autocast(device, dtype)``: the context the forward pass runs in (bf16 autocast or none);
 * ``keep_freed_memory()``: on Linux with glibc, let ``malloc`` reuse freed activations instead of
-  page-faulting fresh memory at every step.
-
-It does not pick a number of threads or seed anything (the caller does).
+  page-faulting fresh memory at every step;
+* ``one_thread()``: run a block on one torch thread (the book's small models; it seeds nothing).
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 
@@ -95,3 +95,17 @@ def keep_freed_memory() -> bool:
                     and libc.mallopt(_M_TRIM_THRESHOLD, 2 * _KEEP_BELOW))
     except (OSError, AttributeError):  # no loadable C library, or one without mallopt
         return False
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread inside the block, and on as many as before after it (an error
+    too). The book's small models train about as fast on one thread as on two, and their times
+    then mean the same on a busy machine as on an idle one: on a shared machine two threads
+    wait on each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -7,25 +7,22 @@ on the conversations of the plays wholly in the book's training text; the held-o
 conversations come from the plays wholly in its validation text (``tinygpt.chat.split_titles``).
 It is cached as a checkpoint (the folder ``chat-model-<key>`` of the results cache, keyed by
 the recipe and the source of the code, as the book's model is), with its training history and
-its seconds (one torch thread);
-``save(path)`` copies it where ``tinygpt chat`` can load it.
+its seconds (one torch thread); a second process that asks for it meanwhile waits for the first
+(``results_cache.lock``) and loads it. ``save(path)`` copies it where ``tinygpt chat`` can load it.
 
 ``sft_comparison()`` measures the widened base model and the fine-tuned one on the held-out
 conversations: the loss on the replies, and of the replies each one writes, the share that end
-their turn and that stay in role (cached JSON). ``tinygpt.book.preferences`` goes on from the
-fine-tuned model with DPO.
+their turn and that stay in role (cached JSON: ``results_cache.cached``).
+``tinygpt.book.preferences`` goes on from the fine-tuned model with DPO.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +37,7 @@ from tinygpt.checks import check_instance, check_int
 from tinygpt.config import TrainConfig
 from tinygpt.model import GPT
 from tinygpt.multiple_choice import wilson_interval
+from tinygpt.runtime import one_thread
 from tinygpt.shakespeare import plays
 from tinygpt.tokenizer import CharTokenizer
 
@@ -92,18 +90,6 @@ class ChatModel:
                                history=self.history)
 
 
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch on one thread inside the block (as the book's evaluations do): these small
-    models gain little from a second, and on a busy machine two threads wait on each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def conversations() -> tuple[list[chat.Conversation], list[chat.Conversation]]:
     """The training conversations and the held-out ones (plays wholly in the book's training
     text, and wholly in its validation text)."""
@@ -133,6 +119,11 @@ def chat_model(recipe: ChatRecipe = CHAT_RECIPE) -> ChatModel:
     check_instance(recipe, ChatRecipe, "recipe")
     key = results_cache.key("book.chat_model", recipe_json(recipe))
     path = results_cache.folder() / f"chat-model-{key[:20]}"
+    with results_cache.lock(path):  # a second process waits for the first, then loads its model
+        return _load_or_train(recipe, path)
+
+
+def _load_or_train(recipe: ChatRecipe, path: Path) -> ChatModel:
     if path.exists():
         try:
             ckpt = load_checkpoint(path)
@@ -208,21 +199,7 @@ def compute_sft_comparison(recipe: ChatRecipe = CHAT_RECIPE) -> dict[str, Any]:
             "train_s": tuned.train_s, "machine": tuned.machine}
 
 
-def cached(name: str, module: str, recipe: dict[str, Any],
-           compute: Callable[[], dict[str, Any]]) -> Any:
-    """``compute()``, cached as JSON under ``name`` and the key of ``recipe`` and of the source
-    of ``tinygpt.<module>`` (``tinygpt.book.results_cache``); a changed one computes again."""
-    recipe = json.loads(json.dumps(recipe))  # as it reads back: tuples are lists in JSON
-    path = results_cache.folder() / f"{name}-{results_cache.key(module, recipe)[:20]}.json"
-    found = results_cache.read_json(path)
-    if isinstance(found, dict) and found.get("recipe") == recipe:
-        return found["result"]
-    result = compute()
-    results_cache.write_json(path, {"recipe": recipe, "result": result})
-    return result
-
-
 def sft_comparison() -> dict[str, Any]:
     """``compute_sft_comparison()``, from the cache or computed and cached."""
-    return cached("chat-sft", "book.chat_model", recipe_json(CHAT_RECIPE),
-                  compute_sft_comparison)
+    return results_cache.cached("chat-sft", "book.chat_model", recipe_json(CHAT_RECIPE),
+                                compute_sft_comparison)

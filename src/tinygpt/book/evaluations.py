@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import time
 from typing import Any
 
@@ -30,6 +29,7 @@ from tinygpt.config import TrainConfig
 from tinygpt.lora import add_lora, trainable_parameters
 from tinygpt.model import GPT
 from tinygpt.ngram import NGramModel
+from tinygpt.runtime import one_thread
 from tinygpt.shakespeare import plays
 
 QUESTIONS = 500  # per kind of cut
@@ -89,9 +89,7 @@ def compute_genre_comparison() -> dict[str, Any]:
         rows.append({"method": method, "trainable": trainable, "seconds": seconds,
                      "accuracy": dataclasses.asdict(genre.accuracy(predicted, test_labels))})
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         start = time.perf_counter()
         bayes = genre.NaiveBayes().fit([e.text for e in train], [e.label for e in train])
         add("naive Bayes on words", bayes.predict([e.text for e in test]),
@@ -116,30 +114,17 @@ def compute_genre_comparison() -> dict[str, Any]:
             genre.fine_tune(classifier, train, tokenizer, config)
             add(method, genre.predict(classifier, test, tokenizer),
                 trainable_parameters(classifier), time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(threads)
     counts = [test_labels.count(y) for y in range(len(genre.LABELS))]
     return {"test_plays": list(test_titles), "train_examples": len(train),
             "test_examples": len(test), "majority": max(counts) / len(test), "rows": rows}
-
-
-def _cached(name: str, recipe: dict[str, Any], compute: Any) -> dict[str, Any]:
-    recipe = json.loads(json.dumps(recipe))  # as it reads back: tuples are lists in JSON
-    path = results_cache.folder() / (
-        f"{name}-{results_cache.key('book.evaluations', recipe)[:20]}.json")
-    found = results_cache.read_json(path)
-    if isinstance(found, dict) and found.get("recipe") == recipe:
-        return found["result"]
-    result = compute()
-    results_cache.write_json(path, {"recipe": recipe, "result": result})
-    return result
 
 
 def choice_ladder() -> dict[str, Any]:
     """``compute_choice_ladder()``, from the cache or computed and cached."""
     recipe = {"questions": QUESTIONS, "version": mc.VERSION,
               "rungs": [ladder.recipe(r.key) for r in ladder.RUNGS]}
-    return _cached("choice-ladder", recipe, compute_choice_ladder)
+    return results_cache.cached("choice-ladder", "book.evaluations", recipe,
+                                compute_choice_ladder)
 
 
 def genre_comparison() -> dict[str, Any]:
@@ -147,4 +132,5 @@ def genre_comparison() -> dict[str, Any]:
     recipe = {"train": dataclasses.asdict(GENRE_TRAIN), "rank": LORA_RANK,
               "lora_learning_rate": LORA_LEARNING_RATE,
               "book_model": dataclasses.asdict(trained_model.BOOK_RECIPE)}
-    return _cached("genre-comparison", recipe, compute_genre_comparison)
+    return results_cache.cached("genre-comparison", "book.evaluations", recipe,
+                                compute_genre_comparison)

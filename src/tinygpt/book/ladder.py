@@ -22,8 +22,6 @@ import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from tinygpt.checks import check_int
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.ngram import NGramModel
+from tinygpt.runtime import one_thread
 from tinygpt.small_models import AttentionOnly, ContextMLP, fit
 
 # Counting rungs: (n, add-k smoothing) of the n-gram model; n = 0 is the uniform guess.
@@ -153,17 +152,6 @@ def _build(key: str, vocab_size: int) -> nn.Module:
     return AttentionOnly(config) if key == "attention_only" else GPT(config)
 
 
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """One torch thread: small models train as fast on one, and the same on every machine load."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _path(key: str) -> Path:
     digest = results_cache.key("book.ladder", recipe(key))[:20]
     return results_cache.folder() / f"ladder-{key}-{digest}.json"
@@ -175,7 +163,7 @@ def train_rung(key: str) -> TrainedRung:
     one thread. Score it on the validation split, cache the loss, and return the model."""
     _check_key(key, TRAINED)
     tok, train_ids, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
-    with torch.random.fork_rng(devices=[]), _one_thread():  # the caller's random state is kept
+    with torch.random.fork_rng(devices=[]), one_thread():  # the caller's random state is kept
         torch.manual_seed(RUNG_TRAIN.seed)
         model = _build(key, tok.vocab_size)
         start = time.perf_counter()

@@ -21,18 +21,18 @@ from typing import Any
 import torch
 
 from tinygpt import chat, dpo
+from tinygpt.book import results_cache
 from tinygpt.book.chat_model import (
     CHAT_RECIPE,
     ChatRecipe,
-    cached,
     chat_model,
     conversations,
-    one_thread,
     recipe_json,
     share,
 )
 from tinygpt.config import TrainConfig
 from tinygpt.model import GPT
+from tinygpt.runtime import one_thread
 from tinygpt.tokenizer import CharTokenizer
 
 
@@ -113,4 +113,5 @@ def compute_preference_comparison(recipe: PreferenceRecipe = PREFERENCE_RECIPE,
 def preference_comparison() -> dict[str, Any]:
     """``compute_preference_comparison()``, from the cache or computed and cached."""
     recipe = {**recipe_json(CHAT_RECIPE), "preference": dataclasses.asdict(PREFERENCE_RECIPE)}
-    return cached("chat-dpo", "book.preferences", recipe, compute_preference_comparison)
+    return results_cache.cached("chat-dpo", "book.preferences", recipe,
+                                compute_preference_comparison)

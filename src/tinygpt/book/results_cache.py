@@ -10,23 +10,33 @@ Entries live in ``results/`` of the data cache folder (``$TINYGPT_CACHE``, else
 ``$XDG_CACHE_HOME/tinygpt``, else ``~/.cache/tinygpt``). Files are written whole and renamed into
 place (a reader sees the old file or the new one, never half of one), and each JSON entry carries
 the SHA-256 of its content: a corrupt entry is reported and computed again, never used.
+
+``cached(name, module, recipe, compute)`` is the whole round for a JSON result: found by its key,
+or computed and written. ``lock(path)`` is the lock every entry is read, or computed and
+written, under (a file beside it, ``.<name>.lock``): a second process that asks for the same
+entry waits for the first one and reads what it wrote instead of computing it again.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import errno
 import functools
 import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import stat
+import sys
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from tinygpt import data
+from tinygpt.checkpoint.folder import CheckpointError, open_lock
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/tinygpt
 
@@ -175,3 +185,75 @@ def write_json(path: Path, content: Any) -> Path:
         warnings.warn(f"cannot cache the result in {path} ({err.strerror or err}); it will be "
                       "computed again next time", stacklevel=2)
         return path
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file of the cache entry ``path`` (a file or a folder): ``.<name>.lock`` beside
+    it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.lock")
+
+
+@contextlib.contextmanager
+def lock(path: Path, waiting: str | None = None) -> Iterator[bool]:
+    """Hold the lock of the cache entry ``path`` (``flock`` on ``lock_path(path)``) inside the
+    block, while the entry is read, or computed and written; yields whether it is held.
+
+    A second process waits until the first lets go (printing ``waiting`` to stderr first, if
+    given). Where the lock cannot be taken (an unwritable cache, a file system or system
+    without ``flock``) the block runs without it: the entry is then at worst computed twice.
+    The lock file is opened only as a regular file, never through a link. It is left in place
+    (removing it would let a third process lock a new file while the second holds the old one).
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        fcntl = None  # type: ignore[assignment]  # the module's name, or None without it
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd: int | None = open_lock(lock_path(path))
+    except (OSError, CheckpointError):  # the cache cannot be written: writing it will say so
+        fd = None
+    if fd is None:
+        yield False
+        return
+    try:
+        held = fcntl is not None
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if waiting:
+                    print(waiting, file=sys.stderr)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # a file system without locks
+                held = False
+        yield held
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def cached(name: str, module: str, recipe: Any, compute: Callable[[], Any]) -> Any:
+    """``compute()``'s result (JSON-able), cached: the entry ``<name>-<key>.json`` of the results
+    folder, keyed by ``recipe`` and the source of ``tinygpt.<module>`` (``key``).
+
+    Found (with the same recipe inside), it is read; missing, corrupt or of another recipe, it is
+    computed and written, under ``lock`` so that two processes compute it once. The result is
+    returned as it reads back from JSON (tuples as lists), the same whether it was computed now
+    or read. ``name``: lower-case letters, digits and hyphens, as ``"chat-sft"``."""
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
+        raise ValueError(f"name must be lower-case letters, digits and hyphens (as 'chat-sft'), "
+                         f"got {name!r}")
+    if not callable(compute):
+        raise TypeError(f"compute must be a function of no arguments, got "
+                        f"{type(compute).__name__}")
+    path = folder() / f"{name}-{key(module, recipe)[:20]}.json"  # key: a clear error if not JSON
+    recipe = json.loads(json.dumps(recipe))  # as it reads back: tuples are lists in JSON
+    with lock(path):
+        found = read_json(path)
+        if isinstance(found, dict) and found.get("recipe") == recipe and "result" in found:
+            return found["result"]
+        result = json.loads(json.dumps(compute()))
+        write_json(path, {"recipe": recipe, "result": result})
+        return result

@@ -10,9 +10,10 @@ copy is reported and trained again, never used.
 The cached copy is the folder ``book-model-<key>`` in :func:`tinygpt.book.results_cache.folder`, a
 checkpoint (``tinygpt.checkpoint``: every file checked against the checksums of a checksummed
 manifest when it is loaded). It is saved into a temporary folder beside it and renamed into place,
-so it is there whole or not at all. A lock file beside it (``.book-model-<key>.lock``) makes a
-second process that asks for the same model wait for the first one and load what it stored. Where
-the cache cannot be written, the model is trained and returned, with a warning.
+so it is there whole or not at all. Its lock (``results_cache.lock``: ``.book-model-<key>.lock``
+beside it) makes a second process that asks for the same model wait for the first one and load
+what it stored. Where the cache cannot be written, the model is trained and returned, with a
+warning.
 """
 
 from __future__ import annotations
@@ -23,10 +24,8 @@ import os
 import re
 import secrets
 import shutil
-import sys
 import time
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from tinygpt import data
 from tinygpt.book import results_cache
 from tinygpt.book.scoring import score
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
-from tinygpt.checkpoint.folder import CheckpointError, fsync_dir, open_lock
+from tinygpt.checkpoint.folder import CheckpointError, fsync_dir
 from tinygpt.checks import check_bool, check_float, check_instance, check_int
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
@@ -155,7 +154,8 @@ def book_model(recipe: Recipe = BOOK_RECIPE, *, progress: bool = True) -> BookMo
     check_bool(progress, "progress")
     key = results_cache.key("book.trained_model", _recipe_json(recipe))
     path = results_cache.folder() / f"book-model-{key[:20]}"
-    with _lock(path, progress) as locked:
+    waiting = f"another process is making the book model {path.name}: waiting for it"
+    with results_cache.lock(path, waiting if progress else None) as locked:
         if path.exists() or path.is_symlink():
             try:
                 return _load(path, recipe)
@@ -165,44 +165,6 @@ def book_model(recipe: Recipe = BOOK_RECIPE, *, progress: bool = True) -> BookMo
         result = _train(recipe, path, progress)
         _store(result, path, clean=locked)
         return result
-
-
-def lock_path(path: Path) -> Path:
-    """The lock file of the cached copy ``path``."""
-    return path.with_name(f".{path.name}.lock")
-
-
-@contextlib.contextmanager
-def _lock(path: Path, progress: bool) -> Iterator[bool]:
-    """Hold the lock of ``path`` (``flock``) while it is read, or trained and stored; yields
-    whether it is held. Where it cannot be (an unwritable cache, no ``flock``), go on without."""
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        fcntl = None  # type: ignore[assignment]  # the module's name, or None without it
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd: int | None = open_lock(lock_path(path))  # never through a link, as a run's lock
-    except (OSError, CheckpointError):  # the cache cannot be written: _store will say so
-        fd = None
-    if fd is None:
-        yield False
-        return
-    try:
-        held = fcntl is not None
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if progress:
-                    print(f"another process is making the book model {path.name}: waiting for "
-                          "it", file=sys.stderr)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:  # a file system without locks
-                held = False
-        yield held
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _load(path: Path, recipe: Recipe) -> BookModel:

@@ -29,6 +29,7 @@ from tinygpt.cli.exercises import add_exercises
 from tinygpt.cli.options import dataclass_options, name_options
 from tinygpt.cli.prepare import add_prepare
 from tinygpt.cli.sample import run_sample
+from tinygpt.cli.sampling_options import add_sampling_options
 from tinygpt.cli.train import CLI_DEFAULTS, CORPORA, DEFAULT_BPE_VOCAB, run_train
 from tinygpt.config import GPTConfig, TrainConfig
 
@@ -94,20 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
          metavar="DIR")
     add_option(sample, "--prompt", "the text to continue (\\n: newline, \\t: tab); empty: start "
          "from a newline, which is not printed", shown="empty", default="", metavar="TEXT")
-    for flag, kind, default, text in [
-            ("--max-new-tokens", int, 500, "tokens to generate per sample"),
-            ("--temperature", float, 0.8, "divides the logits; 0 is greedy"),
-            ("--top-k", int, None, "keep the k most likely tokens (1 to the vocabulary size)"),
-            ("--top-p", float, None, "keep the fewest likeliest tokens reaching probability p"),
-            ("--seed", int, 1337, "seeds the sampling"),
-            ("--num-samples", int, 1, "samples to print, separated by a line of dashes")]:
-        add_option(sample, flag, text, type=kind, default=default, metavar=kind.__name__.upper())
-    add_option(sample, "--no-cache", "recompute the whole context for every token instead of using "
-         "the key/value cache (same text, slower)", action="store_true")
+    add_option(sample, "--max-new-tokens", "tokens to generate per sample", type=int, default=500,
+               metavar="INT")
+    add_option(sample, "--num-samples", "samples to print, separated by a line of dashes",
+               type=int, default=1, metavar="INT")
     add_option(sample, "--stop", "end a sample after any of these strings; each must be one token "
          "(one character for a char tokenizer); \\n is a newline", shown="none", nargs="+",
          action="extend", default=[], metavar="STR")
-    add_option(sample, "--device", "cpu, cuda, cuda:N, mps or auto", default="cpu")
+    add_sampling_options(sample, add_option, seed=1337)
     sample.set_defaults(run=run_sample)
     add_prepare(commands, add_option)
     add_exercises(commands, add_option)

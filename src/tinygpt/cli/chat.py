@@ -5,8 +5,10 @@ At a terminal it is a loop: a line typed (with readline's line editing and histo
 Python has readline) is a speech; the model's reply is printed; Ctrl-C drops the line being
 typed or stops the reply being written, Ctrl-D (or ``/quit``) ends. Reading from a pipe, the
 whole input is one speech and one reply is printed. The turns of one session stay in the
-model's key/value cache (``tinygpt.chat.ChatSession``). A checkpoint whose tokenizer lacks the
-template's special tokens is refused with a clear error.
+model's key/value cache (``tinygpt.chat.ChatSession``), on ``--device``. A checkpoint whose
+tokenizer lacks the template's special tokens is refused with a clear error; so is a device this
+machine lacks. The sampling options are those of ``tinygpt sample``
+(``tinygpt.cli.sampling_options``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,16 @@ import contextlib
 import sys
 from typing import Any
 
+from tinygpt.cli import sampling_options
+
 DESCRIPTION = """\
 Talk with a model fine-tuned to the chat template of tinygpt.chat (for instance the book's
 chat model of chapter 15, saved by tinygpt.book.chat_model.chat_model().save(FOLDER)). At a
 terminal, type a speech and press Enter; Ctrl-C drops the line (or stops a reply), Ctrl-D or
 /quit ends. From a pipe, the input is one speech and one reply is printed."""
+
+# ChatSession's parameters and their options, to name the option in an error about one
+OPTION_NAMES = {**sampling_options.OPTION_NAMES, "max_chars": "--max-chars"}
 
 EPILOG = """\
 examples:
@@ -41,16 +48,9 @@ def add_chat(commands: Any, add_option: Any) -> None:
                shown="the model chooses", dest="replier", metavar="SPEAKER")
     add_option(parser, "--speaker", "your name in the conversation", default="HAMLET",
                metavar="NAME")
-    for flag, kind, default, text in [
-            ("--temperature", float, 0.8, "divides the logits; 0 is greedy"),
-            ("--top-k", int, None, "keep the k most likely tokens (1 to the vocabulary size)"),
-            ("--top-p", float, None, "keep the fewest likeliest tokens reaching probability p"),
-            ("--max-chars", int, 200, "the longest reply, in characters"),
-            ("--seed", int, 0, "seeds the sampling")]:
-        add_option(parser, flag, text, type=kind, default=default, metavar=kind.__name__.upper())
-    add_option(parser, "--no-cache", "read the whole context again for every token instead of "
-               "keeping keys and values in the cache (same replies, slower)",
-               action="store_true")
+    add_option(parser, "--max-chars", "the longest reply, in characters", type=int, default=200,
+               metavar="INT")
+    sampling_options.add_sampling_options(parser, add_option, seed=0)
     parser.set_defaults(run=run_chat)
 
 
@@ -59,21 +59,29 @@ def open_session(args: argparse.Namespace) -> Any:
     checkpoint without a chat template."""
     from tinygpt.chat import SPECIAL_TOKENS, ChatSession, has_chat_template
     from tinygpt.checkpoint import load_checkpoint
+    from tinygpt.runtime import resolve_device
 
+    sampling_options.check_sampling_options(args)  # seed and device, before the checkpoint is read
     ckpt = load_checkpoint(args.checkpoint)
     if not has_chat_template(ckpt.tokenizer):
         raise ValueError(f"the checkpoint in {args.checkpoint} has no chat template: its "
                          f"tokenizer lacks the special tokens {' '.join(SPECIAL_TOKENS)}, so it "
                          "is a language model not fine-tuned to chat; use `tinygpt sample` with "
                          "it, or fine-tune it first (tinygpt.chat.fine_tune)")
-    return ChatSession(ckpt.model, ckpt.tokenizer, speaker=args.speaker, replier=args.replier,
+    try:
+        model = ckpt.model.to(resolve_device(args.device))
+    except (RuntimeError, AssertionError) as err:  # a device this torch was not built for
+        raise ValueError(f"--device {args.device}: {err}") from None
+    return ChatSession(model, ckpt.tokenizer, speaker=args.speaker, replier=args.replier,
                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                        max_chars=args.max_chars, seed=args.seed, use_cache=not args.no_cache)
 
 
 def run_chat(args: argparse.Namespace, argv: list[str]) -> int:
-    """``tinygpt chat``: one reply to a piped speech, or the interactive loop at a terminal."""
-    session = open_session(args)
+    """``tinygpt chat``: one reply to a piped speech, or the interactive loop at a terminal; an
+    error about a sampling setting ends with its option's name."""
+    with sampling_options.naming_the_option(OPTION_NAMES):
+        session = open_session(args)
     if not sys.stdin.isatty():
         speech = sys.stdin.read().strip("\n")
         if not speech.strip():

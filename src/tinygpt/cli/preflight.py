@@ -57,12 +57,10 @@ def check_train_run(model_config, train_config) -> None:
 
 
 def check_sample_args(args) -> None:
-    """``tinygpt sample``'s sizes, seed and device, checked before the checkpoint is loaded
-    (its sampling settings: ``tinygpt.sample.check_sampling``)."""
+    """``tinygpt sample``'s sizes, checked before the checkpoint is loaded (its seed and device:
+    ``tinygpt.cli.sampling_options``; its sampling settings: ``tinygpt.sample.check_sampling``)."""
     check_int(args.num_samples, "--num-samples")
     check_int(args.max_new_tokens, "--max-new-tokens", 0)
-    check_seed(args.seed)
-    check_device(args.device)
 
 
 def _size(n: float) -> str:

@@ -13,11 +13,10 @@ import argparse
 import re
 import sys
 
-from tinygpt.cli import preflight
+from tinygpt.cli import preflight, sampling_options
 
 # generate's parameters and their options, to name the option in an error about one
-SAMPLING_OPTIONS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-                    "max_new_tokens": "--max-new-tokens"}
+OPTION_NAMES = {**sampling_options.OPTION_NAMES, "max_new_tokens": "--max-new-tokens"}
 
 
 def unescape(text: str) -> str:
@@ -27,13 +26,8 @@ def unescape(text: str) -> str:
 
 def run_sample(args: argparse.Namespace, argv: list[str]) -> int:
     """``tinygpt sample``; an error about a sampling setting ends with its option's name."""
-    try:
+    with sampling_options.naming_the_option(OPTION_NAMES):
         return sample_and_print(args)
-    except (ValueError, TypeError) as err:
-        field = getattr(err, "field", None)  # the argument a tinygpt check names
-        if field not in SAMPLING_OPTIONS:
-            raise
-        raise ValueError(f"{err} (option {SAMPLING_OPTIONS[field]})") from None
 
 
 def divergence(history: list, vocab_size: int) -> str | None:
@@ -63,7 +57,8 @@ def sample_and_print(args: argparse.Namespace) -> int:
     from tinygpt.runtime import resolve_device
     from tinygpt.sample import check_sampling, generate
 
-    preflight.check_sample_args(args)  # seed, device and sizes
+    preflight.check_sample_args(args)  # sizes
+    sampling_options.check_sampling_options(args)  # seed and device
     check_sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     ckpt = load_checkpoint(args.out)
     warning = divergence(ckpt.history, getattr(ckpt.model_config, "vocab_size", 0))
