@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tinygpt.stream as stream
+from tinygpt.bpe import encode_chunk
 from tinygpt.tokenizer import BPETokenizer
 
 TRAINING = ("First Citizen: Before we proceed any further, hear me speak.\n\nAll: Speak, speak.\n"
@@ -145,3 +146,67 @@ def test_encode_iterable_equals_encode_with_special_tokens_cut_anywhere(with_spe
                     list(with_specials.encode_iterable(parts, allowed, disallowed))  # may vary)
             else:
                 assert list(with_specials.encode_iterable(parts, allowed, disallowed)) == expected
+
+
+def cached(cache: stream.RecentItems, key: str, make) -> object:
+    """How the encoders use a RecentItems: look up, else recall, else make and remember."""
+    value = cache.get(key) or cache.recall(key)
+    if value is None:
+        value = make(key)
+        cache.remember(key, value)
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(st.text(alphabet="abcdé日", min_size=1, max_size=6), max_size=80),
+       kept=st.integers(1, 5), chars=st.integers(1, 12))
+def test_recent_items_give_each_keys_value_in_bounded_memory(keys, kept, chars):
+    made: list[str] = []
+
+    def make(key: str) -> str:
+        made.append(key)
+        return key.upper() + "!"
+
+    cache = stream.RecentItems()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stream, "WORDS_KEPT", kept)
+        patch.setattr(stream, "CHARS_KEPT", chars)
+        for key in keys:
+            present = key in cache or key in cache.previous
+            made_before = len(made)
+            assert cached(cache, key, make) == key.upper() + "!"
+            assert len(made) == made_before + (not present)  # made only when forgotten
+            assert key in cache and key not in cache.previous  # kept where it is found next
+            assert len(cache) <= kept and len(cache.previous) <= kept
+            assert cache.chars == sum(map(len, cache)) < chars + 6
+            assert sum(map(len, cache.previous)) < chars + 6
+    # a key used again before a generation fills is never made twice
+    assert len(made) <= len(keys)
+
+
+def test_recent_items_keep_a_key_in_use_however_many_others_pass():
+    cache, made = stream.RecentItems(), []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stream, "WORDS_KEPT", 4)
+        for n in range(1000):  # "the" between 1000 words met once: emptying would forget it
+            for key in ("the", f"word{n}"):
+                cached(cache, key, lambda k: made.append(k) or k)
+    assert made.count("the") == 1 and len(made) == 1001
+    assert len(cache) <= 4 and len(cache.previous) <= 4
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(st.lists(st.sampled_from(PIECES), max_size=30).map("".join), max_size=8))
+def test_encoding_with_small_generations_keeps_the_ids(tokenizer, texts):
+    """Word, piece and chunk caches forgetting all the time: the ids of encode_chunk on each
+    pre-split chunk, as always."""
+    ranks: dict[bytes, int] = {}
+    for i, token in enumerate(tokenizer.tokens):
+        ranks.setdefault(token, i)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stream, "WORDS_KEPT", 3)
+        patch.setattr(stream, "CHARS_KEPT", 10)
+        for text in texts * 2:
+            expected = [i for chunk in tokenizer.pre_split(text)
+                        for i in encode_chunk(chunk.encode("utf-8"), ranks)]
+            assert tokenizer.encode_ordinary(text) == expected

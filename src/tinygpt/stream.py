@@ -18,8 +18,8 @@ a space after a non-space character (``split_at_spaces``, ``word_cut``: C string
 the start of every *word*, a run of whitespace and then of other characters (``words``; GPT-4
 also ends a word after punctuation and its line breaks). A word always splits into the same
 chunks, so ``WordCache`` encodes each distinct word, and each distinct piece between spaces
-(``SpacedPieces``), once. Special tokens are cut out of the stream first (``special_pieces``),
-with ``encode``'s rules. This module does not read files.
+(``SpacedPieces``), once while it is in use (``RecentItems``). Special tokens are cut out of
+the stream first (``special_pieces``), with ``encode``'s rules. This module does not read files.
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from itertools import pairwise
+from typing import Generic, TypeVar
 
 import regex
 
 HOLD = 2  # chunks kept back at the end of the buffer: what follows may still change them
 MIN_CHARS = 1 << 16  # characters gathered before a cut is looked for
-WORDS_KEPT = 200_000  # distinct words a WordCache remembers before it is emptied
+WORDS_KEPT = 200_000  # keys (words, pieces, chunks) in one generation of a RecentItems
+CHARS_KEPT = 2_000_000  # characters of those keys in one generation of a RecentItems
 LONGEST_WORD = 256  # characters of the longest word a WordCache remembers
 #: Runs of whitespace, or of other characters, longer than this are cut every ``LONGEST_RUN``
 #: characters from the run's start, and the pieces encoded (and counted for training) on their
@@ -139,13 +141,48 @@ def word_cut(buffer: str) -> int:
     return max(cut, 0)
 
 
-class SpacedPieces(dict):
+Value = TypeVar("Value")
+
+
+class RecentItems(dict[str, Value], Generic[Value]):
+    """A cache that keeps what is in use, in bounded memory. Items are remembered in the current
+    generation (this dictionary) until it holds ``WORDS_KEPT`` keys or ``CHARS_KEPT`` characters
+    of keys; then it becomes the previous generation (the one before is dropped) and a new one
+    starts. A key missing here but found in the previous generation is ``recall``-ed: moved back
+    into the current one. So a text with more distinct words than a generation holds (text drawn
+    from an n-gram model, a large corpus) keeps its frequent words, instead of encoding them
+    again after the cache is emptied; and at most two generations are held."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.previous: dict[str, Value] = {}
+        self.chars = 0  # characters of the current generation's keys
+
+    def recall(self, key: str) -> Value | None:
+        """The value of ``key`` from the previous generation, moved into the current one (None if
+        it is not there)."""
+        value = self.previous.pop(key, None)
+        if value is not None:
+            self.remember(key, value)
+        return value
+
+    def remember(self, key: str, value: Value) -> None:
+        """Store ``key``'s value in the current generation, starting a new one when it is full."""
+        if len(self) >= WORDS_KEPT or self.chars >= CHARS_KEPT:
+            self.previous = {}  # the generation before is dropped first
+            self.previous = dict(self)  # a new table; the keys and values are shared
+            self.clear()
+            self.chars = 0
+        self[key] = value
+        self.chars += len(key)
+
+
+class SpacedPieces(RecentItems[bytes]):
     """``WordCache``'s first level: the ids (bytes of uint32) of ``" " + piece`` for each piece
     met, from the words' ids (``word_ids``, ``split``): a text's pieces between spaces repeat as
     its words do, and a lookup per piece is cheaper than a regular expression per word. A piece
-    without whitespace is one word, found without the regular expression. At most
-    ``WORDS_KEPT`` are kept (then it is emptied); a piece longer than ``LONGEST_WORD`` is
-    encoded, not kept."""
+    without whitespace is one word, found without the regular expression. The pieces in use are
+    kept (``RecentItems``); a piece longer than ``LONGEST_WORD`` is encoded, not kept."""
 
     def __init__(self, word_ids: Callable[[str], bytes],
                  encode_text: Callable[[str], list[int]]) -> None:
@@ -153,26 +190,27 @@ class SpacedPieces(dict):
         self.word_ids, self.encode_text = word_ids, encode_text
 
     def __missing__(self, piece: str) -> bytes:
+        ids = self.recall(piece)
+        if ids is not None:
+            return ids
         spaced = " " + piece
         if len(piece.split(None, 1)) == 1:  # no whitespace (str's, a superset of \s): one word
             ids = self.word_ids(spaced)
         else:  # several words, often met only here: their chunks at once
             ids = array(UINT32, self.encode_text(spaced)).tobytes()
         if len(piece) <= LONGEST_WORD:
-            if len(self) >= WORDS_KEPT:
-                self.clear()
-            self[piece] = ids
+            self.remember(piece, ids)
         return ids
 
 
-class WordCache(dict):
+class WordCache(RecentItems[bytes]):
     """The ids of each *word* met so far (``words``), made by ``encode_text`` on first use and
     kept as the bytes of unsigned 32-bit ints, and for GPT-4's pattern (``spaced``,
     ``SpacedPieces``) those of each piece after a space, so that ``encode(text)`` (an
     ``array``) is one dictionary lookup a word or piece and one ``b"".join``: it equals
     ``encode_text(text)`` for GPT-2's and GPT-4's pattern (``pattern``: ``"gpt2"`` or
-    ``"gpt4"``). At most ``WORDS_KEPT`` words are kept (then it is emptied); a long one is
-    encoded, not kept."""
+    ``"gpt4"``). The words in use are kept (``RecentItems``); one longer than ``LONGEST_WORD``
+    is encoded, not kept."""
 
     def __init__(self, encode_text: Callable[[str], list[int]], pattern: str) -> None:
         super().__init__()
@@ -182,11 +220,11 @@ class WordCache(dict):
         self.by_pieces = pattern != "gpt2"
 
     def __missing__(self, word: str) -> bytes:
-        ids = array(UINT32, self.encode_text(word)).tobytes()
-        if len(word) <= LONGEST_WORD:
-            if len(self) >= WORDS_KEPT:
-                self.clear()
-            self[word] = ids
+        ids = self.recall(word)
+        if ids is None:
+            ids = array(UINT32, self.encode_text(word)).tobytes()
+            if len(word) <= LONGEST_WORD:
+                self.remember(word, ids)
         return ids
 
     def encode(self, text: str) -> array:

@@ -32,7 +32,7 @@ from tinygpt.checks import (
     check_int,
     check_text,
 )
-from tinygpt.stream import LONGEST_RUN, UINT32, StreamEncoding, WordCache, run_pieces
+from tinygpt.stream import LONGEST_RUN, UINT32, RecentItems, StreamEncoding, WordCache, run_pieces
 
 
 def _check_chars(chars: Sequence[str]) -> list[str]:
@@ -164,7 +164,6 @@ def render_token(token: bytes) -> str:
 
 EOT = "<|endoftext|>"  # the special token between documents: GPT-2's (its last id, 50256)
 _FORMAT, _VERSION = "tinygpt-bpe", 1
-_CACHE_LIMIT = 200_000  # distinct chunks remembered by encode before the cache is reset
 
 
 class BPETokenizer(StreamEncoding):
@@ -190,7 +189,7 @@ class BPETokenizer(StreamEncoding):
         self._new_caches()
 
     def _new_caches(self) -> None:
-        self._cache: dict[str, list[int]] = {}  # chunk -> ids
+        self._cache: RecentItems[list[int]] = RecentItems()  # chunk -> ids, the chunks in use
         known = {GPT2_PATTERN: "gpt2", GPT4_PATTERN: "gpt4"}.get(self.pattern or "")  # cut at words
         self._words = WordCache(self._encode_chunks, known) if known else None
 
@@ -260,13 +259,11 @@ class BPETokenizer(StreamEncoding):
             chunks += found
         cache, ranks, out = self._cache, self._ranks, []
         for chunk in chunks:
-            ids = cache.get(chunk)
+            ids = cache.get(chunk) or cache.recall(chunk)
             if ids is None:
                 ids = encode_chunk(chunk.encode("utf-8"), ranks)
                 if len(chunk) < 256:  # remember short chunks: words repeat, long runs rarely
-                    if len(cache) >= _CACHE_LIMIT:
-                        cache.clear()
-                    cache[chunk] = ids
+                    cache.remember(chunk, ids)
             out += ids
         return out
 
