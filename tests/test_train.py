@@ -221,7 +221,7 @@ def test_a_tokenizer_larger_than_the_model_is_refused_before_training(tmp_path):
         train(MODEL, TINY, TRAIN, VAL, out_dir=tmp_path / "run", tokenizer=larger,
               progress=False)
     assert not (tmp_path / "run").exists()
-    with pytest.raises(TypeError, match="tokenizer must be a CharTokenizer or BPETokenizer"):
+    with pytest.raises(TypeError, match="tokenizer must be a CharTokenizer, a BPETokenizer"):
         train(MODEL, TINY, TRAIN, VAL, tokenizer="abc", progress=False)
 
 

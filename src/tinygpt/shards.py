@@ -113,6 +113,8 @@ def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
     except OSError as err:
         raise ShardError(f"{path}: cannot read it ({err.strerror or err})") from None
     manifest = parse_manifest(raw, path, FORMAT, VERSION, ShardError, "run tinygpt prepare again")
+    # What every manifest shares is checked; what follows is a shards manifest's own: the dtype
+    # its vocabulary needs, and the shape of each entry (_invalid)
     vocab, dtype = manifest.get("vocab_size"), manifest.get("dtype")
     if type(vocab) is not int or vocab < 1 or dtype != shard_dtype(vocab).str:
         raise ShardError(f"{path}: dtype {dtype!r} for vocab_size {vocab!r}; tinygpt writes "

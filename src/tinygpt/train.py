@@ -21,7 +21,6 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from tinygpt.checkpoint import tokenizer_misfit
 from tinygpt.checkpoint.run_state import (
     RunSaver,
     TrainingDivergedError,
@@ -44,7 +43,7 @@ from tinygpt.model import GPT
 from tinygpt.muon import configure_muon
 from tinygpt.runtime import autocast, keep_freed_memory, resolve_device
 from tinygpt.shards import TokenShards
-from tinygpt.tokenizer import BPETokenizer, CharTokenizer, SavedTokenizer
+from tinygpt.tokenizer import SavedTokenizer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -219,7 +218,7 @@ def train(
     it (data parallel)."""
     cfg = train_config
     train_data, val_data, device = _checked(model_config, cfg, train_data, val_data, out_dir,
-                                            resume, model, tokenizer)
+                                            resume, model)
     with distributed(device) as ctx, ExitStack() as cleanup:
         device, world = ctx.device, ctx.world_size  # under torchrun on GPUs: cuda:LOCAL_RANK
         T, A = model_config.block_size, cfg.grad_accum_steps
@@ -294,18 +293,11 @@ def train(
 
 
 def _checked(model_config: GPTConfig, cfg: TrainConfig, train_data: TokenData,
-             val_data: TokenData, out_dir: str | Path | None, resume: bool, model: GPT | None,
-             tokenizer: SavedTokenizer | None
+             val_data: TokenData, out_dir: str | Path | None, resume: bool, model: GPT | None
              ) -> tuple[Tensor | TokenShards, Tensor | TokenShards, torch.device]:
     """``train``'s checks, before any work: the data as tokens, and the device to train on."""
     check_instance(model_config, GPTConfig, "model_config")
     check_instance(cfg, TrainConfig, "train_config")
-    if tokenizer is not None:
-        check_instance(tokenizer, (CharTokenizer, BPETokenizer), "tokenizer")
-    misfit = None if tokenizer is None else tokenizer_misfit(tokenizer, model_config)
-    if misfit is not None:  # refused now, not by the first save after some training
-        raise ValueError(f"the tokenizer given {misfit}; give the one the data was encoded with "
-                         "and a model_config whose vocab_size is its vocab_size")
     if resume and out_dir is None:
         raise ValueError("resume=True needs the out_dir holding the checkpoint to continue")
     if model is not None and model.config != model_config:
