@@ -172,7 +172,8 @@ def train_dpo(policy: GPT, tokenizer: CharTokenizer, pairs: Sequence[Pair], conf
     (``pair_accuracy``: the share of the batch's pairs whose margin is positive, a tie counting
     ½) and ``margin`` (the batch's mean). So step 0 records the reference itself: a loss of
     ``log 2``, every margin exactly 0 and an accuracy of ½ (the reference's log-probabilities are
-    computed on the same batch, padded alike, as the policy's: rounding cannot split the ties)."""
+    computed on the same batch, padded alike, as the policy's: computed once on all the pairs,
+    padded longer, they were rounded otherwise, and margins of about 1e-6 split the ties)."""
     check_instance(policy, GPT, "policy")
     if not has_chat_template(tokenizer):
         raise ValueError("the tokenizer has no chat template")
