@@ -55,10 +55,14 @@ def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
 
 
 def save(path: Path, step: int = 3, seed: int = 0, tokenizer=None, **kw) -> tuple:
-    model, opt = trained_model_and_optimizer(seed=seed)
+    """Save a model after two steps in ``path``; its vocabulary is widened to fit a larger
+    ``tokenizer`` (a checkpoint refuses a tokenizer of more tokens than the model)."""
+    config = CONFIG if tokenizer is None or not hasattr(tokenizer, "vocab_size") else replace(
+        CONFIG, vocab_size=max(CONFIG.vocab_size, tokenizer.vocab_size))
+    model, opt = trained_model_and_optimizer(config, seed=seed)
     rng = {"torch": torch.get_rng_state(), "python": random.getstate(),
            "batch": torch.Generator().manual_seed(7).get_state()}
-    save_checkpoint(path, model, opt, CONFIG, TRAIN_CONFIG, step, tokenizer, rng,
+    save_checkpoint(path, model, opt, config, TRAIN_CONFIG, step, tokenizer, rng,
                     [{"step": 1, "loss": 3.25}], **kw)
     return model, opt, rng
 

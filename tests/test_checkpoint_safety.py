@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,17 +69,21 @@ def replace_listed(folder: Path, name: str, data: bytes) -> None:
 
 
 def save_tiny(folder: Path, step: int = 1, fill: float | None = None, tokenizer=None) -> GPT:
+    """A tiny model after one step, saved in ``folder``; its vocabulary is widened to fit a
+    larger ``tokenizer`` (a checkpoint refuses a tokenizer of more tokens than the model)."""
+    config = CONFIG if tokenizer is None else replace(
+        CONFIG, vocab_size=max(CONFIG.vocab_size, tokenizer.vocab_size))
     torch.manual_seed(0)
-    model = GPT(CONFIG)
+    model = GPT(config)
     opt = configure_optimizer(model, TrainConfig(batch_size=2, max_iters=5))
-    x = torch.randint(CONFIG.vocab_size, (2, CONFIG.block_size))
+    x = torch.randint(config.vocab_size, (2, config.block_size))
     model(x, x)[1].backward()
     opt.step()
     if fill is not None:
         with torch.no_grad():
             for t in [*model.parameters(), *(v for s in opt.state.values() for v in s.values())]:
                 t.fill_(fill)
-    save_checkpoint(folder, model, opt, CONFIG, None, step, tokenizer or CharTokenizer(
+    save_checkpoint(folder, model, opt, config, None, step, tokenizer or CharTokenizer(
         "abcdefghijkl"), {"torch": torch.get_rng_state(), "python": random.getstate()})
     return model
 
@@ -447,6 +452,44 @@ def test_a_safetensors_header_claiming_a_huge_tensor_is_refused(tmp_path):
     message = re.escape("model.safetensors: not a readable safetensors")
     with pytest.raises(CheckpointError, match=message):
         load_checkpoint(tmp_path / "ck")
+
+
+def test_save_refuses_a_tokenizer_of_more_tokens_than_the_model(tmp_path):
+    """A tokenizer of 20 characters beside a model of 12 embedding rows: refused at save, naming
+    both numbers, instead of a checkpoint whose ids 12 to 19 fail only when sampled."""
+    save_tiny(tmp_path / "ck")
+    before = snapshot(tmp_path / "ck")
+    model = GPT(CONFIG)
+    with pytest.raises(CheckpointError, match=r"has 20 tokens but the model's vocab_size is 12"):
+        save_checkpoint(tmp_path / "ck", model, None, CONFIG, None, 2,
+                        CharTokenizer("abcdefghijklmnopqrst"))
+    assert snapshot(tmp_path / "ck") == before
+    save_checkpoint(tmp_path / "small", model, None, CONFIG, None, 2, CharTokenizer("abcde"))
+    assert load_checkpoint(tmp_path / "small").tokenizer.vocab_size == 5  # a padded embedding
+
+
+def test_a_tokenizer_from_another_run_is_refused_on_load_naming_both_sizes(capsys, tmp_path):
+    """The tokenizer of a larger run put into a checkpoint, listed as an editor would (sizes,
+    SHA-256, the manifest's checksum): loading and sampling name both numbers."""
+    save_tiny(tmp_path / "chars")
+    rewrite_manifest(tmp_path / "chars", lambda m: m["tokenizer"].update(
+        chars=list("abcdefghijklmnopqrst")))
+    with pytest.raises(CheckpointError, match=r"checkpoint.json: its tokenizer has 20 tokens "
+                                              r"but the model's vocab_size is 12"):
+        load_checkpoint(tmp_path / "chars")
+    code, _, err = run(capsys, "sample", "--out", tmp_path / "chars", "--max-new-tokens", 5)
+    assert_refused(code, err, "20 tokens", "vocab_size is 12")
+
+    small = BPETokenizer.train("low lower lowest newer newest " * 20, vocab_size=264)
+    save_tiny(tmp_path / "bpe", tokenizer=small)  # a model of 264 rows
+    larger = BPETokenizer.train("low lower lowest newer newest wider widest " * 20,
+                                vocab_size=280)
+    assert larger.vocab_size > 264
+    larger.save(tmp_path / "other.json")
+    replace_listed(tmp_path / "bpe", "tokenizer.json", (tmp_path / "other.json").read_bytes())
+    message = f"has {larger.vocab_size} tokens but the model's vocab_size is 264"
+    with pytest.raises(CheckpointError, match=message):
+        tinygpt.load(tmp_path / "bpe")
 
 
 # --- 3. divergence -------------------------------------------------------------------------------

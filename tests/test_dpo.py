@@ -9,6 +9,7 @@ on words whose count it gets right, and the pairs it makes.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -114,6 +115,57 @@ def test_the_metre_distance_and_the_pairs():
     conversations = [CONVERSATION] * 3
     assert dpo.preference_pairs(conversations, replies) == [
         dpo.Pair(CONVERSATION, VERSE + END, "No." + END)]
+
+
+# Pairs of replies of many lengths: a batch of a few of them is padded to another length than
+# all of them together (the book's chat model, unlike these tiny ones, rounds a reply's
+# log-probability differently then, by about 1e-6: ties split at random)
+VARIED_PAIRS = [dpo.Pair(Conversation("A", "b" * k, "C", ""), "ab" * k + END, "a\nb" * (k % 5)
+                         + END) for k in range(1, 13)]
+
+
+def test_a_tie_counts_half_and_the_reference_scores_one_half():
+    margins = torch.tensor([2.0, -1.0, 0.0, 0.0, 1e-30, -1e-30])
+    assert dpo.pair_accuracy(margins) == (1 + 0 + 0.5 + 0.5 + 1 + 0) / 6
+    assert dpo.pair_accuracy(torch.zeros(16)) == 0.5
+    with pytest.raises(ValueError, match="shape"):
+        dpo.pair_accuracy(torch.zeros(0))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_step_0_is_recorded_before_any_update_every_margin_a_tie(seed):
+    """The reference and the untouched policy give one number to each reply, so step 0 is a
+    loss of log 2, a mean margin of exactly 0 and an accuracy of one half (ties counted half)."""
+    config = TrainConfig(batch_size=3, max_iters=1, learning_rate=1e-2, warmup_iters=1,
+                         weight_decay=0.0, seed=seed)
+    _, history = dpo.train_dpo(tiny_model(seed), TOKENIZER, VARIED_PAIRS, config, beta=0.5)
+    first = history[0]
+    assert first["margin"] == 0.0 and first["accuracy"] == 0.5
+    assert first["loss"] == pytest.approx(math.log(2), rel=1e-7)
+
+
+def test_each_record_is_of_the_policy_before_that_steps_update():
+    """Step 1's record is the batch under the policy after one update (a run of one step gives
+    it), not after two: computed here from that policy and the reference directly."""
+    config = TrainConfig(batch_size=3, max_iters=2, learning_rate=1e-2, warmup_iters=1,
+                         lr_decay_iters=10, weight_decay=0.0, seed=5)
+    _, history = dpo.train_dpo(tiny_model(1), TOKENIZER, VARIED_PAIRS, config, beta=0.5)
+    after_one = tiny_model(1)
+    reference, _ = dpo.train_dpo(after_one, TOKENIZER, VARIED_PAIRS,
+                                 replace(config, max_iters=1), beta=0.5)
+    draws = torch.Generator().manual_seed(config.seed)
+    torch.randint(len(VARIED_PAIRS), (3,), generator=draws)  # step 0's batch
+    batch = [VARIED_PAIRS[i] for i in torch.randint(len(VARIED_PAIRS), (3,),
+                                                    generator=draws).tolist()]
+    with torch.no_grad():
+        policy_chosen, policy_rejected = dpo.pair_log_probs(after_one.eval(), TOKENIZER, batch, 96)
+        reference_chosen, reference_rejected = dpo.pair_log_probs(reference, TOKENIZER, batch, 96)
+    margin = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
+    assert margin.abs().max() > 1e-3  # one update moved the policy: a record that can differ
+    assert history[1]["margin"] == pytest.approx(margin.mean().item(), rel=1e-4)
+    assert history[1]["accuracy"] == dpo.pair_accuracy(margin)
+    loss = dpo.dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, 0.5)
+    assert history[1]["loss"] == pytest.approx(loss.item(), rel=1e-5)
 
 
 def test_dpo_raises_the_chosen_margin_and_leaves_the_reference():

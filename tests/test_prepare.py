@@ -27,7 +27,14 @@ import tinygpt.prepare.workers as prepare_workers
 from tinygpt.cli import main
 from tinygpt.gpt2 import load_tokenizer, tokenizer_files
 from tinygpt.prepare.documents import Options, is_val
-from tinygpt.shards import ShardError, TokenShards, load_shards_tokenizer, read_manifest
+from tinygpt.shards import (
+    PROGRESS,
+    ShardError,
+    TokenShards,
+    check_shard,
+    load_shards_tokenizer,
+    read_manifest,
+)
 from tinygpt.tokenizer import EOT, BPETokenizer, CharTokenizer, tokenizer_fingerprint
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog;", "sun,", "moon",
@@ -399,6 +406,119 @@ def test_the_tokenizer_file_is_json_and_checked(tmp_path):
     (out / entry["file"]).write_bytes(data + b" ")  # still valid JSON, but altered
     with pytest.raises(ShardError, match="altered"):
         load_shards_tokenizer(out)
+
+
+def killed_run(corpus: Path, out: Path, monkeypatch) -> Path:
+    """``out`` after a prepare run killed once it wrote two shards: its progress file, no
+    ``shards.json``."""
+    real, calls = prepare_run._write_shard, []
+
+    def dies_after_two(folder, name, tokens):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(name)
+        return real(folder, name, tokens)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(prepare_run, "_write_shard", dies_after_two)
+        with pytest.raises(KeyboardInterrupt):
+            prepare_run.write_shards(corpus, out, SMALL, workers=1)
+    assert (out / PROGRESS).is_file() and not (out / "shards.json").exists()
+    return out
+
+
+def test_an_unfinished_runs_errors_name_its_progress_file(tmp_path, monkeypatch):
+    """What is read from an unfinished run's ``.shards-progress.json`` is reported against it,
+    not against a ``shards.json`` that is not there."""
+    out = killed_run(make_corpus(tmp_path / "in"), tmp_path / "out", monkeypatch)
+    progress = out / PROGRESS
+    manifest = read_manifest(out, PROGRESS)
+    assert load_shards_tokenizer(out, manifest, PROGRESS).vocab_size == manifest["vocab_size"]
+
+    def refused(call, *named: Path) -> str:  # the message, once it names these files
+        with pytest.raises(ShardError) as caught:
+            call()
+        message = str(caught.value)
+        assert all(str(path) in message for path in named), message
+        assert "shards.json" not in message.replace(PROGRESS, ""), message
+        return message
+
+    tokenizer_file = out / manifest["tokenizer"]["file"]
+    original = tokenizer_file.read_bytes()
+    tokenizer_file.write_bytes(original + b" ")
+    refused(lambda: load_shards_tokenizer(out, manifest, PROGRESS), tokenizer_file, progress)
+    tokenizer_file.write_bytes(original)
+    altered = {**manifest, "vocab_size": manifest["vocab_size"] - 1}
+    message = refused(lambda: load_shards_tokenizer(out, altered, PROGRESS), progress)
+    assert message.startswith(f"{progress}: vocab_size {manifest['vocab_size'] - 1}")
+    first = manifest["shards"]["train"][0]
+    shard = out / first["file"]
+    shard.write_bytes(shard.read_bytes()[:-2])
+    message = refused(lambda: check_shard(out, first, np.dtype(manifest["dtype"]), name=PROGRESS),
+                      shard)
+    assert f"{PROGRESS} says {shard.stat().st_size + 2}" in message, message
+    progress.unlink()
+    assert "no unfinished run" in refused(lambda: read_manifest(out, PROGRESS), progress)
+
+
+# Damage any manifest can suffer, and the words its error says after the file's name
+MANIFEST_DAMAGE = {
+    "not JSON": (lambda raw: raw[: len(raw) // 2], "not valid JSON ("),
+    "not UTF-8": (lambda raw: b"\xff" + raw, "not valid JSON ("),
+    "nested too deeply": (lambda raw: b"[" * 100_000 + b"]" * 100_000,
+                          "not a FORMAT file (JSON nested too deeply)"),
+    "another format": (lambda raw: raw.replace(b'"tinygpt-', b'"nanogpt-', 1), "not a FORMAT file"),
+    "a later version": (lambda raw: json_edit(raw, version=99),
+                        "format version 99 is not supported (this tinygpt reads version"),
+    "edited": (lambda raw: json_edit(raw, comment="mine"),
+               "its checksum does not match its content (or it has none)"),
+    "no checksum": (lambda raw: json_edit(raw, checksum=None),
+                    "its checksum does not match its content (or it has none)"),
+}
+
+
+def json_edit(raw: bytes, **changes) -> bytes:
+    """The manifest ``raw`` with ``changes``, its checksum kept as it was (a ``None`` removes)."""
+    import json
+
+    content = {**json.loads(raw), **changes}
+    return json.dumps({k: v for k, v in content.items() if v is not None}).encode()
+
+
+@pytest.mark.parametrize("damage", MANIFEST_DAMAGE)
+def test_every_manifest_is_read_by_one_reader_with_the_same_errors(tmp_path, monkeypatch,
+                                                                  damage):
+    """A checkpoint's ``checkpoint.json``, a shards folder's ``shards.json`` and an unfinished
+    run's ``.shards-progress.json``, damaged alike, are refused alike: the file's name, the same
+    words, what to do."""
+    import torch
+
+    from tinygpt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+    from tinygpt.config import GPTConfig
+    from tinygpt.model import GPT
+
+    corpus = make_corpus(tmp_path / "in", files=2)
+    config = GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=4)
+    torch.manual_seed(0)
+    save_checkpoint(tmp_path / "ck", GPT(config), None, config, None, 1)
+    prepare_run.write_shards(corpus, tmp_path / "done", SMALL, workers=1)
+    killed_run(corpus, tmp_path / "killed", monkeypatch)
+    readers = [(tmp_path / "ck" / "checkpoint.json", CheckpointError, "tinygpt-checkpoint",
+                lambda: load_checkpoint(tmp_path / "ck")),
+               (tmp_path / "done" / "shards.json", ShardError, "tinygpt-shards",
+                lambda: read_manifest(tmp_path / "done")),
+               (tmp_path / "killed" / PROGRESS, ShardError, "tinygpt-shards",
+                lambda: read_manifest(tmp_path / "killed", PROGRESS))]
+    change, words = MANIFEST_DAMAGE[damage]
+    for path, error, file_format, read in readers:
+        path.write_bytes(change(path.read_bytes()))
+        with pytest.raises(error) as caught:
+            read()
+        message = str(caught.value)
+        assert message.startswith(f"{path}: ") and "\n" not in message, message
+        assert words.replace("FORMAT", file_format) in message, message
+        assert message.endswith(("; run tinygpt prepare again", "; load another checkpoint or "
+                                 "train anew")), message
 
 
 def test_bpe_counted_by_workers_learns_what_bpe_train_learns_on_the_training_documents(tmp_path):

@@ -212,6 +212,19 @@ def test_gradient_accumulation_equals_one_big_batch():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_a_tokenizer_larger_than_the_model_is_refused_before_training(tmp_path):
+    """Refused by train before any step (naming both sizes), not by its first save later."""
+    larger = CharTokenizer([*TOK.chars, *"0123456789"])
+    message = (f"has {TOK.vocab_size + 10} tokens but the model's vocab_size is "
+               f"{TOK.vocab_size}")
+    with pytest.raises(ValueError, match=message):
+        train(MODEL, TINY, TRAIN, VAL, out_dir=tmp_path / "run", tokenizer=larger,
+              progress=False)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(TypeError, match="tokenizer must be a CharTokenizer, a BPETokenizer"):
+        train(MODEL, TINY, TRAIN, VAL, tokenizer="abc", progress=False)
+
+
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
     straight = train(MODEL, TINY, TRAIN, VAL, out_dir=tmp_path / "a", tokenizer=TOK,
                      progress=False)

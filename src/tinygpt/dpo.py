@@ -152,12 +152,28 @@ def pair_log_probs(model: nn.Module, tokenizer: CharTokenizer, pairs: Sequence[P
                             block_size))
 
 
+def pair_accuracy(margins: Tensor) -> float:
+    """The share of pairs the policy ranks right: those whose margin (``β`` aside, the chosen
+    reply's gain in log-probability over the reference less the rejected one's) is positive,
+    a tie (a margin of exactly 0) counting ½: a policy that prefers neither reply is right
+    half the time, as ``σ(0) = ½`` says. So the reference itself, every margin 0, scores ½."""
+    if margins.dim() != 1 or margins.numel() == 0:
+        raise ValueError(f"margins must be a non-empty tensor of shape (B,), got shape "
+                         f"{tuple(margins.shape)}")
+    return ((margins > 0).double() + 0.5 * (margins == 0).double()).mean().item()
+
+
 def train_dpo(policy: GPT, tokenizer: CharTokenizer, pairs: Sequence[Pair], config: TrainConfig,
               beta: float) -> tuple[GPT, list[dict[str, float]]]:
     """DPO from ``policy`` (changed in place; a frozen copy of it is the reference):
     ``config.max_iters`` AdamW steps on batches of ``config.batch_size`` pairs drawn at random
-    (seeded by ``config.seed``). Returns the reference and one record per step: ``loss``,
-    ``accuracy`` (the share of the batch's pairs whose margin is positive) and ``margin``."""
+    (seeded by ``config.seed``). Returns the reference and one record per step, of the step's
+    batch under the policy as it was *before* the step's update: ``loss``, ``accuracy``
+    (``pair_accuracy``: the share of the batch's pairs whose margin is positive, a tie counting
+    ½) and ``margin`` (the batch's mean). So step 0 records the reference itself: a loss of
+    ``log 2``, every margin exactly 0 and an accuracy of ½ (the reference's log-probabilities are
+    computed on the same batch, padded alike, as the policy's: computed once on all the pairs,
+    padded longer, they were rounded otherwise, and margins of about 1e-6 split the ties)."""
     check_instance(policy, GPT, "policy")
     if not has_chat_template(tokenizer):
         raise ValueError("the tokenizer has no chat template")
@@ -166,8 +182,6 @@ def train_dpo(policy: GPT, tokenizer: CharTokenizer, pairs: Sequence[Pair], conf
     check_float(beta, "beta", 0, low_open=True)
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
     T = policy.config.block_size
-    with torch.no_grad():
-        ref_chosen, ref_rejected = pair_log_probs(reference, tokenizer, pairs, T)
     generator = torch.Generator().manual_seed(config.seed)
     optimizer = configure_optimizer(policy, config)
     history = []
@@ -177,19 +191,19 @@ def train_dpo(policy: GPT, tokenizer: CharTokenizer, pairs: Sequence[Pair], conf
         for group in optimizer.param_groups:
             group["lr"] = lr
         chosen = torch.randint(len(pairs), (config.batch_size,), generator=generator)
-        pol_chosen, pol_rejected = pair_log_probs(policy, tokenizer,
-                                                  [pairs[i] for i in chosen.tolist()], T)
-        loss = dpo_loss(pol_chosen, pol_rejected, ref_chosen[chosen], ref_rejected[chosen],
-                        beta)
+        batch = [pairs[i] for i in chosen.tolist()]
+        with torch.no_grad():
+            ref_chosen, ref_rejected = pair_log_probs(reference, tokenizer, batch, T)
+        pol_chosen, pol_rejected = pair_log_probs(policy, tokenizer, batch, T)
+        loss = dpo_loss(pol_chosen, pol_rejected, ref_chosen, ref_rejected, beta)
+        margin = (pol_chosen - ref_chosen).detach() - (pol_rejected - ref_rejected).detach()
+        history.append({"step": step, "lr": lr, "loss": loss.item(),  # before the update
+                        "accuracy": pair_accuracy(margin), "margin": margin.mean().item()})
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
         optimizer.step()
-        margin = ((pol_chosen - ref_chosen[chosen]) - (pol_rejected - ref_rejected[chosen]))
-        history.append({"step": step, "lr": lr, "loss": loss.item(),
-                        "accuracy": (margin > 0).float().mean().item(),
-                        "margin": margin.mean().item()})
     return reference, history
 
 

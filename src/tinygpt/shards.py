@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import re
 import stat
@@ -22,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tinygpt.data import manifest_checksum
+from tinygpt.data import parse_manifest
 
 if TYPE_CHECKING:  # numpy and torch are imported when used: the command line imports this
     import numpy as np  # module before torch (tinygpt.cli), and prepare's workers need no torch
@@ -99,30 +98,23 @@ def _named(folder: Path, entry: dict[str, Any], key: str, allowed: re.Pattern[st
 
 
 def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
-    """The manifest ``name`` of ``folder``; ``ShardError`` if absent or not tinygpt's."""
+    """The manifest ``name`` of ``folder`` (``shards.json``, or ``.shards-progress.json``, that of
+    an unfinished run), checked as every manifest is (``tinygpt.data.parse_manifest``: format,
+    version, checksum) and for a shards manifest's entries; ``ShardError`` naming it if it is
+    absent or not tinygpt's."""
     path = Path(folder) / name
     try:
         with open_regular(path, MAX_JSON) as f:
-            manifest = json.loads(f.read().decode("utf-8"))
+            raw = f.read()
     except MissingShardFile:
-        raise ShardError(f"{path}: no such file; {folder} is not a finished shards folder "
-                         "(run tinygpt prepare)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ShardError(f"{path}: cannot read a shards manifest: {err}") from None
-    except RecursionError:
-        raise ShardError(f"{path} is not a {FORMAT} manifest (JSON nested too deeply)") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ShardError(f"{path} is not a {FORMAT} manifest")
-    if manifest.get("version") != VERSION:
-        raise ShardError(f"{path}: version {manifest.get('version')!r} is not supported")
-    try:
-        checksum = manifest_checksum(manifest)
-    except (RecursionError, ValueError):  # nested too deeply to write again
-        checksum = None
-    if manifest.pop("checksum", None) != checksum or checksum is None:
-        raise ShardError(f"{path}: its checksum does not match its content (or it has none): "
-                         "the file was edited, damaged or written by an older tinygpt; run "
-                         "tinygpt prepare again")
+        what = ("is not a finished shards folder (run tinygpt prepare)" if name == MANIFEST
+                else "holds no unfinished run of tinygpt prepare")
+        raise ShardError(f"{path}: no such file; {folder} {what}") from None
+    except OSError as err:
+        raise ShardError(f"{path}: cannot read it ({err.strerror or err})") from None
+    manifest = parse_manifest(raw, path, FORMAT, VERSION, ShardError, "run tinygpt prepare again")
+    # What every manifest shares is checked; what follows is a shards manifest's own: the dtype
+    # its vocabulary needs, and the shape of each entry (_invalid)
     vocab, dtype = manifest.get("vocab_size"), manifest.get("dtype")
     if type(vocab) is not int or vocab < 1 or dtype != shard_dtype(vocab).str:
         raise ShardError(f"{path}: dtype {dtype!r} for vocab_size {vocab!r}; tinygpt writes "
@@ -170,19 +162,21 @@ def _invalid(manifest: dict[str, Any], name: str) -> str | None:
 
 
 def open_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
-               checksum: bool = True, vocab_size: int | None = None) -> IO[bytes]:
+               checksum: bool = True, vocab_size: int | None = None,
+               name: str = MANIFEST) -> IO[bytes]:
     """A shard, open, once its name is a shard's, it is a regular file and its size (and
-    SHA-256) match the manifest's ``entry``; with ``vocab_size``, once every id is below it
-    (checked in the same pass as the SHA-256, or in a pass of its own without ``checksum``)."""
+    SHA-256) match the ``entry`` of the manifest ``name``; with ``vocab_size``, once every id is
+    below it (checked in the same pass as the SHA-256, or in a pass of its own without
+    ``checksum``). Errors name the manifest: ``shards.json``, or an unfinished run's."""
     import numpy as np
 
-    path = _named(folder, entry, "file", SHARD_NAME, MANIFEST)
+    path = _named(folder, entry, "file", SHARD_NAME, name)
     want = entry["tokens"] * dtype.itemsize
     f = open_regular(path)
     try:
         size = os.fstat(f.fileno()).st_size
         if size != want:
-            raise ShardError(f"{path}: {size} bytes, the manifest says {want} ({entry['tokens']} "
+            raise ShardError(f"{path}: {size} bytes, {name} says {want} ({entry['tokens']} "
                              "tokens): truncated or altered; run tinygpt prepare again")
         digest, top = hashlib.sha256(), -1
         if checksum or vocab_size is not None:
@@ -192,11 +186,11 @@ def open_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
                     top = max(top, int(np.frombuffer(block, dtype=dtype).max()))
             f.seek(0)
         if checksum and digest.hexdigest() != entry["sha256"]:
-            raise ShardError(f"{path}: SHA-256 {digest.hexdigest()}, the manifest says "
+            raise ShardError(f"{path}: SHA-256 {digest.hexdigest()}, {name} says "
                              f"{entry['sha256']}: altered; run tinygpt prepare again")
         if vocab_size is not None and top >= vocab_size:
             raise ShardError(f"{path}: holds token id {top}, outside the vocabulary of "
-                             f"{vocab_size} tokens that {MANIFEST} gives; run tinygpt prepare "
+                             f"{vocab_size} tokens that {name} gives; run tinygpt prepare "
                              "again")
     except BaseException:
         f.close()
@@ -205,33 +199,39 @@ def open_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
 
 
 def check_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
-                checksum: bool = True) -> Path:
-    """The path of a shard once its size (and SHA-256) match the manifest's ``entry``."""
-    with open_shard(folder, entry, dtype, checksum):
+                checksum: bool = True, name: str = MANIFEST) -> Path:
+    """The path of a shard once its size (and SHA-256) match the ``entry`` of the manifest
+    ``name`` (``shards.json``, or an unfinished run's: errors name it)."""
+    with open_shard(folder, entry, dtype, checksum, name=name):
         return folder / entry["file"]
 
 
-def load_shards_tokenizer(folder: str | Path,
-                          manifest: dict[str, Any] | None = None) -> SavedTokenizer:
-    """The tokenizer the shards of ``folder`` were encoded with (its file checked)."""
+def load_shards_tokenizer(folder: str | Path, manifest: dict[str, Any] | None = None,
+                          name: str = MANIFEST) -> SavedTokenizer:
+    """The tokenizer the shards of ``folder`` were encoded with (its file checked), as the
+    manifest ``name`` gives it: ``shards.json``, or ``.shards-progress.json`` for an unfinished
+    run. ``manifest``: that file's content, if read already (``read_manifest(folder, name)``).
+    Every error names the file it read: the manifest ``name`` or the tokenizer's file."""
     from tinygpt.tokenizer import tokenizer_from_entry
 
     folder = Path(folder)
-    manifest = manifest or read_manifest(folder)
+    manifest = manifest or read_manifest(folder, name)
+    where = folder / name
     entry = manifest["tokenizer"]
 
-    def checked(name: str) -> bytes:  # the file the entry names, by the SHA-256 it gives
-        path = folder / name
+    def checked(file: str) -> bytes:  # the file the entry names, by the SHA-256 it gives
+        path = folder / file
         with open_regular(path, MAX_JSON) as f:
             data = f.read()
         if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-            raise ShardError(f"{path}: SHA-256 differs from the manifest's: altered")
+            raise ShardError(f"{path}: SHA-256 differs from the one {where} gives: altered; run "
+                             "tinygpt prepare again")
         return data
 
-    tokenizer = tokenizer_from_entry(entry, folder / MANIFEST, folder, checked, error=ShardError)
+    tokenizer = tokenizer_from_entry(entry, where, folder, checked, error=ShardError)
     if tokenizer.vocab_size != manifest["vocab_size"]:
-        raise ShardError(f"{folder / MANIFEST}: vocab_size {manifest['vocab_size']}, but its "
-                         f"tokenizer has {tokenizer.vocab_size} tokens: altered")
+        raise ShardError(f"{where}: vocab_size {manifest['vocab_size']}, but its tokenizer has "
+                         f"{tokenizer.vocab_size} tokens: altered; run tinygpt prepare again")
     return tokenizer
 
 

@@ -132,6 +132,10 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
 
     ``rng_states``: name -> a torch generator state (``torch.get_rng_state()``,
     ``generator.get_state()``) or, under ``"python"``, ``random.getstate()``.
+
+    ``tokenizer`` must fit the model: a tokenizer of more tokens than ``model_config.vocab_size``
+    is refused (``CheckpointError`` naming both numbers), since its last ids would have no row in
+    the embedding. Fewer is allowed (an embedding padded to a round size).
     """
     from safetensors.torch import save as st_save
     from torch import Tensor
@@ -144,6 +148,10 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
     if tokenizer is not None and not isinstance(tokenizer, (CharTokenizer, BPETokenizer)):
         raise TypeError(f"tokenizer must be a CharTokenizer, a BPETokenizer or None, got "
                         f"{type(tokenizer).__name__}")
+    misfit = None if tokenizer is None else tokenizer_misfit(tokenizer, model_config)
+    if misfit is not None:
+        raise CheckpointError(f"{out}: not saved: the tokenizer given {misfit}; give the model's "
+                              "own")
     tensors, aliases = unique_tensors(model)
     opt_tensors: dict[str, Tensor] = {}
     opt_json = None
@@ -204,6 +212,17 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
             raise
         remove_stale(out, current=version.name)  # the previous version, killed saves' files
     return out
+
+
+def tokenizer_misfit(tokenizer: SavedTokenizer, model_config: GPTConfig) -> str | None:
+    """What makes ``tokenizer`` unfit for a model of ``model_config`` (more tokens than the
+    embedding has rows, ``vocab_size``: encoding text would give ids the model cannot look up),
+    both numbers named; or None. Fewer tokens fit: an embedding may be padded to a round size."""
+    if tokenizer.vocab_size <= model_config.vocab_size:
+        return None
+    return (f"has {tokenizer.vocab_size} tokens but the model's vocab_size is "
+            f"{model_config.vocab_size}: ids from {model_config.vocab_size} on have no embedding "
+            "row, so it is not the model's tokenizer")
 
 
 def _current(out: Path) -> dict[str, Any]:
@@ -316,6 +335,10 @@ def _load(folder: Path, meta: dict[str, Any]) -> Checkpoint:
         model = _build_model(model_config,
                              verify.tensors(blobs[MODEL_FILE], version / MODEL_FILE))
         tokenizer = _tokenizer(meta["tokenizer"], meta_path, version, blobs)
+        misfit = None if tokenizer is None else tokenizer_misfit(tokenizer, model_config)
+        if misfit is not None:  # say, a tokenizer file from another run, listed by an editor
+            raise CheckpointError(f"{meta_path}: its tokenizer {misfit}: altered; load another "
+                                  "checkpoint or train anew")
         if not isinstance(meta["history"], list):
             raise TypeError("history is not a list")
         return Checkpoint(
@@ -336,7 +359,8 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
 
     Raises ``CheckpointError`` naming the file and the problem: a missing folder or file,
     corrupt or edited JSON, a wrong format or version, a truncated or altered file, a file that is
-    not a regular file, tensors that do not fit the config, weights holding infs or NaNs. A save
+    not a regular file, tensors that do not fit the config, weights holding infs or NaNs, a
+    tokenizer of more tokens than the model's ``vocab_size`` (both numbers named). A save
     that replaces the checkpoint while it is read makes it read the new one.
     """
     from tinygpt.checkpoint import verify

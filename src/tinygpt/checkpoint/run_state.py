@@ -34,7 +34,7 @@ from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.distributed import DistContext, broadcast_flag
 from tinygpt.model import GPT
 from tinygpt.runtime import autocast
-from tinygpt.tokenizer import SavedTokenizer, tokenizer_fingerprint
+from tinygpt.tokenizer import BPETokenizer, CharTokenizer, SavedTokenizer, tokenizer_fingerprint
 
 
 class Process(Protocol):
@@ -68,7 +68,15 @@ def start_run(model_config: GPTConfig, cfg: TrainConfig, proc: Process,
     ``resume`` the checkpoint in ``out_dir`` continued: weights, optimizer, step, history and
     every RNG state restored. ``batches``, the batch stream's generator, is seeded or restored.
     The caller builds the optimizer and loads ``Run.optimizer_state`` into it
-    (``restore_optimizer``)."""
+    (``restore_optimizer``). A ``tokenizer`` of more tokens than ``model_config.vocab_size`` is
+    refused here, before any step, not by the run's first save (``ValueError`` naming both)."""
+    if tokenizer is not None and not isinstance(tokenizer, (CharTokenizer, BPETokenizer)):
+        raise TypeError(f"tokenizer must be a CharTokenizer, a BPETokenizer or None, got "
+                        f"{type(tokenizer).__name__}")
+    misfit = None if tokenizer is None else checkpoint.tokenizer_misfit(tokenizer, model_config)
+    if misfit is not None:
+        raise ValueError(f"the tokenizer given {misfit}; give the one the data was encoded with "
+                         "and a model_config whose vocab_size is its vocab_size")
     if not resume:
         if model is None:
             torch.manual_seed(cfg.seed)

@@ -32,7 +32,7 @@ from tinygpt.checkpoint.folder import (
     read_regular,
 )
 from tinygpt.config import GPTConfig
-from tinygpt.data import manifest_checksum
+from tinygpt.data import parse_manifest
 from tinygpt.model import GPT
 
 Layout = dict[str, tuple[str, tuple[int, ...]]]  # stored tensor name -> (dtype, shape)
@@ -42,33 +42,15 @@ SIZES = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I64": 8}
 
 
 def read_checkpoint_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
-    """The manifest of ``folder``: its bytes and, checked (format, version, checksum), its
-    content without the checksum."""
+    """The manifest of ``folder``: its bytes and, checked (format, version, checksum:
+    ``tinygpt.data.parse_manifest``), its content without the checksum."""
     path = folder / MANIFEST
     try:
         raw = read_regular(path, max_size=MAX_JSON)
     except MissingCheckpointFile:
         raise CheckpointError(f"{path}: missing; is {folder} a checkpoint?") from None
-    try:
-        meta = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
-    except RecursionError:
-        raise CheckpointError(f"{path}: not a {FORMAT} file (JSON nested too deeply)") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a {FORMAT} file")
-    if meta.get("version") != VERSION:
-        raise CheckpointError(f"{path}: format version {meta.get('version')!r} is not supported "
-                              f"(this tinygpt reads version {VERSION}); train it again")
-    checksum = meta.pop("checksum", None)
-    try:
-        expected = manifest_checksum(meta)
-    except (RecursionError, ValueError):  # nested too deeply to write again; nan is allowed
-        expected = None
-    if checksum is None or checksum != expected:
-        raise CheckpointError(f"{path}: its checksum does not match its content: the file was "
-                              "edited or damaged")
-    return raw, meta
+    return raw, parse_manifest(raw, path, FORMAT, VERSION, CheckpointError,
+                               "load another checkpoint or train anew")
 
 
 def read_files(version: Path, files: dict[str, Any],

@@ -122,8 +122,8 @@ def _reusable(out: Path, name: str, fp: dict[str, Any]) -> dict[str, Any] | None
     try:
         for split in S.SPLITS:
             for entry in manifest["shards"][split]:
-                S.check_shard(out, entry, dtype)
-        S.load_shards_tokenizer(out, manifest)
+                S.check_shard(out, entry, dtype, name=name)
+        S.load_shards_tokenizer(out, manifest, name)
     except (S.ShardError, OSError):
         return None
     return manifest
@@ -250,7 +250,7 @@ def _encode_all(files: list, options: Options, workers: int, out: Path,
     import numpy as np
     from tqdm.auto import tqdm
 
-    tokenizer = S.load_shards_tokenizer(out, state)
+    tokenizer = S.load_shards_tokenizer(out, state, S.PROGRESS)  # the unfinished run's
     dtype, eot, resume = np.dtype(state["dtype"]), state["eot"], state["resume"]
     split_fn = getattr(tokenizer, "pre_split", None)  # BPE's pre-split; None for characters
     buffers: dict[str, list[list[Any]]] = {s: [] for s in S.SPLITS}  # [part, offset, tokens]
