@@ -493,7 +493,8 @@ def test_every_manifest_is_read_by_one_reader_with_the_same_errors(tmp_path, mon
     words, what to do."""
     import torch
 
-    from tinygpt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    from tinygpt.checkpoint.folder import CheckpointError
     from tinygpt.config import GPTConfig
     from tinygpt.model import GPT
 
