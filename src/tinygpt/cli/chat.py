@@ -68,10 +68,7 @@ def open_session(args: argparse.Namespace) -> Any:
                          f"tokenizer lacks the special tokens {' '.join(SPECIAL_TOKENS)}, so it "
                          "is a language model not fine-tuned to chat; use `tinygpt sample` with "
                          "it, or fine-tune it first (tinygpt.chat.fine_tune)")
-    try:
-        model = ckpt.model.to(resolve_device(args.device))
-    except (RuntimeError, AssertionError) as err:  # a device this torch was not built for
-        raise ValueError(f"--device {args.device}: {err}") from None
+    model = sampling_options.model_on_device(ckpt.model, resolve_device(args.device), args.device)
     return ChatSession(model, ckpt.tokenizer, speaker=args.speaker, replier=args.replier,
                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                        max_chars=args.max_chars, seed=args.seed, use_cache=not args.no_cache)

@@ -88,10 +88,7 @@ def sample_and_print(args: argparse.Namespace) -> int:
                                     args.max_new_tokens)
     preflight.check_memory(need, device.type if device.type == "cpu" else str(device),
                             "sampling", "lower --num-samples or --max-new-tokens")
-    try:
-        model = ckpt.model.to(device)
-    except (RuntimeError, AssertionError) as err:  # a device this torch was not built for
-        raise ValueError(f"--device {args.device}: {err}") from None
+    model = sampling_options.model_on_device(ckpt.model, device, args.device)
     idx = torch.tensor([ids] * args.num_samples, device=device)  # (B, T)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     out = generate(model, idx, args.max_new_tokens, args.temperature, args.top_k,

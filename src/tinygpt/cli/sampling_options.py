@@ -4,8 +4,9 @@
 ``--no-cache`` and ``--device`` to a command (each command keeps its own length option:
 ``--max-new-tokens`` tokens, ``--max-chars`` characters). ``check_sampling_options`` refuses a
 seed torch cannot take and a device this machine lacks before the checkpoint is loaded, and
-``naming_the_option`` gives an error about a sampling setting the name of its option. It does
-not load a model or sample (the commands do).
+``naming_the_option`` gives an error about a sampling setting the name of its option;
+``model_on_device`` moves a loaded model to ``--device``'s device. It does not load a model or
+sample (the commands do).
 """
 
 from __future__ import annotations
@@ -13,9 +14,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tinygpt.cli.preflight import check_device, check_seed
+
+if TYPE_CHECKING:  # torch is imported when a command runs, not when the parser is built
+    import torch
+
+Model = TypeVar("Model", bound="torch.nn.Module")  # the model's own class is kept (a GPT)
 
 # the sampling parameters of tinygpt.sample.generate and tinygpt.chat.ChatSession, by option
 OPTION_NAMES = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p"}
@@ -61,3 +67,12 @@ def naming_the_option(option_names: dict[str, str]) -> Iterator[None]:
         if field not in option_names:
             raise
         raise ValueError(f"{err} (option {option_names[field]})") from None
+
+
+def model_on_device(model: Model, device: torch.device, option: str) -> Model:
+    """``model`` moved to ``device`` (the one ``--device option`` resolved to); a device this
+    torch was not built for is a ``ValueError`` naming the option, not torch's traceback."""
+    try:
+        return model.to(device)
+    except (RuntimeError, AssertionError) as err:  # a device this torch was not built for
+        raise ValueError(f"--device {option}: {err}") from None
