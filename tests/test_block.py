@@ -384,8 +384,8 @@ def test_block_with_explicit_layers_equals_the_fast_block():
 
 
 def test_a_layer_saved_whole_still_checks_its_input():
-    """The input check runs as a forward pre-hook (outside the forward the chapters show); a
-    module saved whole with torch.save, hook included, loads back and still checks."""
+    """The input check is the first line of the forward the chapters show; a module saved whole
+    with torch.save loads back and still checks."""
     import io
 
     norm = LayerNorm(8)

@@ -311,26 +311,34 @@ def test_bad_inputs_raise_clear_errors():
             model(ok, caches=other)
 
 
-def test_a_gpt_checks_its_input_once_and_its_layers_do_not_again(monkeypatch):
+def test_a_gpt_checks_its_ids_once_per_forward_and_each_layer_its_shape_once(monkeypatch):
+    """The ids are checked once per forward, at its first line; each norm and attention layer
+    checks its input's shape (comparisons only) once per call of its own forward, inside a GPT
+    as on its own: nothing switches a check off, so nothing stays switched off."""
     import tinygpt.attention
     import tinygpt.block
     import tinygpt.model
 
     calls = count_calls(monkeypatch, [(tinygpt.attention, "check_attention_input"),
-                                   (tinygpt.block, "_check_width"),
-                                   (tinygpt.model, "check_token_ids")])
-    model = GPT(replace(SMALL, norm="rmsnorm"))
-    model(torch.zeros(2, 5, dtype=torch.long))
-    assert calls == ["model.check_token_ids"]  # the ids, once; no layer checks again
-    calls.clear()
-    alone = tinygpt.block.Block(SMALL)  # a block of its own still checks what it is given
+                                      (tinygpt.block, "check_width"),
+                                      (tinygpt.model, "check_token_ids")])
+    config = replace(SMALL, norm="rmsnorm")
+    model = GPT(config)
+    L = config.n_layer
+    for _ in range(2):  # twice: the second forward counts exactly as the first
+        model(torch.zeros(2, 5, dtype=torch.long))
+        assert calls.count("model.check_token_ids") == 1  # the ids, once
+        assert calls.count("attention.check_attention_input") == L  # once per block
+        assert calls.count("block.check_width") == 2 * L + 1  # ln_1, ln_2 per block, and ln_f
+        assert len(calls) == 3 * L + 2
+        calls.clear()
+    alone = tinygpt.block.Block(SMALL)  # a block of its own checks what it is given
     with pytest.raises(ValueError, match="last dimension must be 32"):
         alone(torch.zeros(1, 3, 31))
-    alone(torch.zeros(1, 3, 32))
-    assert "attention.check_attention_input" in calls and "block._check_width" in calls
     calls.clear()
-    model(torch.zeros(2, 5, dtype=torch.long))  # the model's own checking is not left switched off
-    assert calls == ["model.check_token_ids"]
+    alone(torch.zeros(1, 3, 32))
+    assert sorted(calls) == ["attention.check_attention_input", "block.check_width",
+                             "block.check_width"]
 
 
 def test_bad_configs_raise_clear_errors():
@@ -383,16 +391,16 @@ def test_torch_compile_breaks_the_graph_only_at_the_input_check():
 
 
 def test_a_gpt_checks_its_input_once_and_a_layer_on_its_own_checks_its_own(monkeypatch):
-    """The checks run outside the forward methods the chapters display: a GPT's call checks the
-    ids once (not again in each of its 2 blocks' norms and attention), a layer called on its own
-    checks its input, and bad input still gets a clear error."""
+    """A GPT's forward checks its arguments once, in its first line (``check_inputs``: the ids,
+    and the targets in the same call); a layer called on its own checks its input in the first
+    line of its forward, and bad input still gets a clear error."""
+    import tinygpt.attention
+    import tinygpt.block
     import tinygpt.model
     from tinygpt.attention import CausalSelfAttention
     from tinygpt.block import LayerNorm
 
-    calls = count_calls(monkeypatch, [(GPT, "check_inputs"), (tinygpt.model, "check_token_ids"),
-                                      (CausalSelfAttention, "check_input"),
-                                      (LayerNorm, "check_input")])
+    calls = count_calls(monkeypatch, [(GPT, "check_inputs"), (tinygpt.model, "check_token_ids")])
     model = GPT(SMALL)
     idx = torch.randint(SMALL.vocab_size, (2, 8))
     model(idx)
@@ -401,10 +409,12 @@ def test_a_gpt_checks_its_input_once_and_a_layer_on_its_own_checks_its_own(monke
     model(idx, idx)  # the targets are checked in the same single call
     assert calls == ["GPT.check_inputs", "model.check_token_ids", "model.check_token_ids"]
     calls.clear()
+    layer_calls = count_calls(monkeypatch, [(tinygpt.attention, "check_attention_input"),
+                                            (tinygpt.block, "check_width")])
     attention, norm = CausalSelfAttention(SMALL), LayerNorm(SMALL.n_embd)
     x = torch.randn(2, 8, SMALL.n_embd)
     attention(norm(x))
-    assert calls == ["LayerNorm.check_input", "CausalSelfAttention.check_input"]
+    assert layer_calls == ["block.check_width", "attention.check_attention_input"]
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model(idx + SMALL.vocab_size)
     with pytest.raises(ValueError, match=r"shape \(B, T, C\)"):
@@ -413,19 +423,23 @@ def test_a_gpt_checks_its_input_once_and_a_layer_on_its_own_checks_its_own(monke
         norm(x[..., :5])
 
 
-def test_an_attention_only_model_checks_its_ids_once_and_its_layers_do_not_again(monkeypatch):
+def test_an_attention_only_model_checks_its_ids_once_and_each_layer_its_shape(monkeypatch):
     import tinygpt.attention
     import tinygpt.block
     import tinygpt.embedding
     from tinygpt.small_models import AttentionOnly
 
     calls = count_calls(monkeypatch, [(tinygpt.attention, "check_attention_input"),
-                                   (tinygpt.block, "_check_width"),
+                                   (tinygpt.block, "check_width"),
                                    (tinygpt.embedding, "check_token_ids")])
     model = AttentionOnly(replace(SMALL, norm="rmsnorm"))
     logits = model(torch.zeros(2, 5, dtype=torch.long))
     assert logits.shape == (2, 5, SMALL.vocab_size)
-    assert calls == ["embedding.check_token_ids"]  # the ids, once; no layer checks again
+    L = SMALL.n_layer
+    assert calls.count("embedding.check_token_ids") == 1  # the ids, once
+    assert calls.count("attention.check_attention_input") == L  # each layer its shape, once
+    assert calls.count("block.check_width") == L + 1  # each layer's ln_1, and ln_f
+    assert len(calls) == 2 * L + 2
     with pytest.raises(ValueError, match="vocab"):
         model(torch.full((1, 3), SMALL.vocab_size))
     calls.clear()

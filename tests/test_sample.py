@@ -315,13 +315,20 @@ def test_bad_logits_and_temperature_for_the_processing_functions():
         sample_next(torch.zeros(3), 1.0)
 
 
-def test_generate_checks_its_settings_once_not_once_per_token(monkeypatch):
+def test_generate_checks_each_forward_and_each_sampling_call_exactly_once(monkeypatch):
+    """No switch skips a check inside ``generate``: the prompt and the settings are checked once
+    at the door, every forward of the model checks its ids once, and every sampling function
+    called checks its own arguments once (sample_next, process_logits and the three filters:
+    five cheap checks of shapes and numbers per token), none of them twice."""
     import tinygpt.model
     import tinygpt.sample
 
+    functions = ["sample_next", "process_logits", "apply_temperature", "top_k_filter",
+                 "top_p_filter"]
     calls = count_calls(monkeypatch, [(tinygpt.sample, "check_sampling"),
                                       (tinygpt.sample, "check_token_ids"),
-                                      (tinygpt.model, "check_token_ids")])
+                                      (tinygpt.model, "check_token_ids"),
+                                      *[(tinygpt.sample, name) for name in functions]])
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8))
     for use_cache in (True, False):
@@ -330,6 +337,12 @@ def test_generate_checks_its_settings_once_not_once_per_token(monkeypatch):
                                       temperature=0.8, top_k=5, top_p=0.9, use_cache=use_cache,
                                       generator=torch.Generator().manual_seed(1))
         assert out.shape == (1, 15)
-        assert calls == ["sample.check_token_ids", "sample.check_sampling"], calls
+        assert calls[:2] == ["sample.check_token_ids", "sample.check_sampling"], calls[:2]
+        assert calls.count("sample.check_token_ids") == 1  # the prompt, at the door
+        assert calls.count("model.check_token_ids") == 12  # one forward per new token
+        for name in functions:
+            assert calls.count(f"sample.{name}") == 12, name  # each once per token
+        # generate's own check, then one per sampling function called
+        assert calls.count("sample.check_sampling") == 1 + 12 * len(functions)
     with pytest.raises(ValueError, match="top_k"):  # and the check still happens
         tinygpt.sample.generate(model, torch.zeros(1, 3, dtype=torch.long), 2, top_k=99)

@@ -136,6 +136,21 @@ def test_optimizer_decays_exactly_the_matrices(tie):
         torch.testing.assert_close(p.detach(), before[n] * factor)
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_optimizer_decays_the_parameters_its_docstring_names(tie):
+    """configure_optimizer's docstring names what it decays in a GPT: wte (lm_head's when tied),
+    wpe and the c_attn, c_fc and c_proj weights; never a bias or a gain (QK-norm's included)."""
+    model = GPT(replace(MODEL, tie_weights=tie, qk_norm=True))
+    decay, no_decay = configure_optimizer(model, TrainConfig()).param_groups
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)].rsplit(".", 2)[-2] for p in decay["params"]}  # the layers' names
+    assert decayed == {"wte", "wpe", "c_attn", "c_fc", "c_proj"} | (set() if tie else {"lm_head"})
+    kept = {names[id(p)] for p in no_decay["params"]}
+    assert all(n.endswith(".bias") or n.rsplit(".", 2)[-2] in
+               {"ln_1", "ln_2", "ln_f", "q_norm", "k_norm"} for n in kept), kept
+    assert any("q_norm" in n for n in kept)
+
+
 def test_fused_optimizer_takes_the_per_tensor_loops_steps():
     """The fused kernel is an implementation detail: five steps of real gradients land where
     torch's plain per-tensor AdamW (same groups, same hyper-parameters) lands, to rounding."""

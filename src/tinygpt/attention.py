@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tinygpt.checks import check_input_before_forward, check_instance, check_int
+from tinygpt.checks import check_instance, check_int
 from tinygpt.config import GPTConfig
 from tinygpt.rope import RoPE
 
@@ -120,7 +120,6 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = nn.Dropout(config.dropout)  # on the attention weights
         self.resid_dropout = nn.Dropout(config.dropout)  # on the output
         self.add_modern_parts(config)  # chapter 12: QK-norm and RoPE, when the config asks
-        check_input_before_forward(self)  # bad input -> a clear error (check_input, below)
 
     def forward(self, x: Tensor, *, cache: KVCache | None = None,
                 return_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
@@ -129,6 +128,7 @@ class CausalSelfAttention(nn.Module):
         With ``return_weights=True`` also returns the weights ``(B, H, T, T_past + T)``, computed
         on the explicit path (the fused kernel does not expose them).
         """
+        check_attention_input(self.config, x, cache)  # a clear error for bad shapes (no sync)
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, H, T, d_k)
@@ -148,12 +148,6 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side: (B, T, C)
         y = self.resid_dropout(self.c_proj(y))  # (B, T, C)
         return (y, weights) if return_weights else y
-
-    def check_input(self, x: object, *, cache: KVCache | None = None,
-                    return_weights: bool = False) -> None:
-        """A clear error unless ``x`` is a float ``(B, T, C)`` tensor that fits the config and
-        ``cache``; run before each call (not inside a ``GPT``, which checks its ids once)."""
-        check_attention_input(self.config, x, cache)
 
     # --- chapter 12's options and the fused kernel ------------------------------------------------
 

@@ -23,14 +23,13 @@ from tinygpt.checks import (
     check_bool,
     check_choice,
     check_float,
-    check_input_before_forward,
     check_instance,
     check_int,
 )
 from tinygpt.config import ACTIVATIONS, Activation, GPTConfig
 
 
-def _check_width(norm: LayerNorm | RMSNorm, x: object) -> None:
+def check_width(norm: LayerNorm | RMSNorm, x: object) -> None:
     """A clear error unless ``x`` is a tensor of shape ``(..., C)``."""
     who = type(norm).__name__
     if not isinstance(x, Tensor):
@@ -49,23 +48,19 @@ class LayerNorm(nn.Module):
         self.eps = check_float(eps, "eps", 0.0, low_open=True)
         self.weight = nn.Parameter(torch.ones(n_embd))  # (C,) scale, gamma
         self.bias = nn.Parameter(torch.zeros(n_embd)) if bias else None  # (C,) shift, beta
-        check_input_before_forward(self)  # bad input -> a clear error (check_input, below)
 
     def forward(self, x: Tensor) -> Tensor:
+        check_width(self, x)  # a clear error for a wrong width (shapes only: no sync, no cost)
         return F.layer_norm(x, (self.n_embd,), self.weight, self.bias, self.eps)  # (..., C)
 
     def explicit(self, x: Tensor) -> Tensor:
         """The formula, step by step: what the fused ``F.layer_norm`` of ``forward`` computes."""
-        self.check_input(x)
+        check_width(self, x)
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
         centred = x - mean  # (..., C), mean 0
         var = (centred * centred).mean(dim=-1, keepdim=True)  # (..., 1), two-pass: no cancellation
         y = centred * torch.rsqrt(var + self.eps) * self.weight  # (..., C)
         return y + self.bias if self.bias is not None else y
-
-    def check_input(self, x: object) -> None:
-        """A clear error unless ``x`` is a tensor of shape ``(..., C)``."""
-        _check_width(self, x)
 
     def extra_repr(self) -> str:
         return f"{self.n_embd}, eps={self.eps}, bias={self.bias is not None}"
@@ -79,20 +74,16 @@ class RMSNorm(nn.Module):
         self.n_embd = check_int(n_embd, "n_embd")
         self.eps = check_float(eps, "eps", 0.0, low_open=True)
         self.weight = nn.Parameter(torch.ones(n_embd))  # (C,) scale
-        check_input_before_forward(self)  # bad input -> a clear error (check_input, below)
 
     def forward(self, x: Tensor) -> Tensor:
+        check_width(self, x)  # a clear error for a wrong width (shapes only: no sync, no cost)
         return F.rms_norm(x, (self.n_embd,), self.weight, self.eps)  # (..., C)
 
     def explicit(self, x: Tensor) -> Tensor:
         """The formula, step by step: what the fused ``F.rms_norm`` of ``forward`` computes."""
-        self.check_input(x)
+        check_width(self, x)
         mean_square = (x * x).mean(dim=-1, keepdim=True)  # (..., 1)
         return x * torch.rsqrt(mean_square + self.eps) * self.weight  # (..., C)
-
-    def check_input(self, x: object) -> None:
-        """A clear error unless ``x`` is a tensor of shape ``(..., C)``."""
-        _check_width(self, x)
 
     def extra_repr(self) -> str:
         return f"{self.n_embd}, eps={self.eps}"

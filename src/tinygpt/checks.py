@@ -1,11 +1,13 @@
 """The argument checks of tinygpt's public entry points, written once.
 
-Public functions and constructors call these before any work, so that bad input gets a clear
-one-line error and the functions the chapters display can carry only the computation. The rule
-every check follows: ``TypeError`` when a value has the wrong type (a string or a float where an
-integer belongs, a bool where a number belongs), ``ValueError`` when it has the right type but a
-wrong value (out of range, not one of the choices). Each message names the argument and says what
-it must be and what it got.
+Public functions, constructors and forwards call these in a visible line before any work (a
+``GPT``'s ``forward`` begins with ``self.check_inputs(...)``, ``top_k_filter`` with
+``check_sampling(...)``), so that bad input gets a clear one-line error; there is no hook, no
+decorator and no switch that turns a check off, so what a chapter displays is all that runs.
+The rule every check follows: ``TypeError`` when a value has the wrong type (a string or a float
+where an integer belongs, a bool where a number belongs), ``ValueError`` when it has the right type
+but a wrong value (out of range, not one of the choices). Each message names the argument and says
+what it must be and what it got.
 
 It does not check files (``tinygpt.checkpoint.folder``, ``tinygpt.checkpoint.verify``) or
 command-line flags (``tinygpt.cli.preflight``, which words its messages for the command line).
@@ -13,72 +15,11 @@ command-line flags (``tinygpt.cli.preflight``, which words its messages for the 
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 import re
-from collections.abc import Callable, Iterable, Iterator, Sized
-from contextlib import contextmanager
-from typing import Any, TypeVar, cast, get_args
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-# --- one check per call path ---------------------------------------------------------------------
-
-_checked_upstream = False  # a plain global, which torch.compile reads without a graph break
-
-
-@contextmanager
-def inputs_checked() -> Iterator[None]:
-    """Inside this block, layers and functions that check their own inputs skip the check: the
-    caller that opened it (a ``GPT``'s forward, ``generate``) has checked the input once. A layer
-    called on its own, anywhere else, checks. It is one flag for the process, a plain global
-    that ``torch.compile`` reads without breaking its graph (a ``ContextVar`` broke it in every
-    layer): threads that run models at the same moment share it."""
-    global _checked_upstream
-    before, _checked_upstream = _checked_upstream, True
-    try:
-        yield
-    finally:
-        _checked_upstream = before
-
-
-def checked_upstream() -> bool:
-    """Whether a caller up this call path has checked the input already (``inputs_checked``)."""
-    return _checked_upstream
-
-
-def check_input_before_forward(module: Any) -> None:
-    """Make the ``nn.Module`` ``module`` call ``module.check_input`` with the arguments of each
-    call, before its ``forward`` runs (a forward pre-hook), unless a caller up the call path has
-    checked them already (``inputs_checked``: a ``GPT`` checks its ids once, not in every layer).
-    So a layer used on its own gets a clear error for bad input, and its ``forward`` holds only
-    the computation."""
-    module.register_forward_pre_hook(_check_input_first, with_kwargs=True)
-
-
-def _check_input_first(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """The forward pre-hook of ``check_input_before_forward``: a module-level function, so that
-    a layer that carries it can still be pickled whole."""
-    if not _checked_upstream:
-        layer.check_input(*args, **kwargs)
-
-
-def check_arguments_first(check: Callable[..., object]) -> Callable[[F], F]:
-    """Decorator: the function calls ``check`` with its own arguments before running, unless a
-    caller up the call path has checked them already (``inputs_checked``: ``generate`` checks
-    the sampling settings once, not at every token)."""
-
-    def decorate(function: F) -> F:
-        @functools.wraps(function)
-        def checked(*args: Any, **kwargs: Any) -> Any:
-            if not _checked_upstream:
-                check(*args, **kwargs)
-            return function(*args, **kwargs)
-
-        return cast(F, checked)
-
-    return decorate
+from collections.abc import Iterable, Sized
+from typing import Any, get_args
 
 
 class ArgumentValueError(ValueError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,13 +18,7 @@ from torch import Tensor, nn
 
 from tinygpt.attention import KVCache
 from tinygpt.block import GATED, Block, make_norm
-from tinygpt.checks import (
-    check_bool,
-    check_instance,
-    check_token_ids,
-    checked_upstream,
-    inputs_checked,
-)
+from tinygpt.checks import check_bool, check_instance, check_token_ids
 from tinygpt.config import GPTConfig
 from tinygpt.embedding import Embeddings
 
@@ -161,6 +154,7 @@ class GPT(nn.Module):
         mean cross-entropy. ``caches`` (from ``new_caches(B)``) hold the positions before ``idx``
         and are extended. ``last_only=True`` (sampling) computes only the last position's logits.
         """
+        self.check_inputs(idx, targets, caches, last_only)  # a clear error for any bad argument
         past = 0 if caches is None else caches[0].length  # positions already cached
         B, T = idx.shape
         tok = self.transformer.embed.wte(idx)  # (B, T, C)
@@ -177,19 +171,10 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))  # scalar
         return logits, loss
 
-    def __call__(self, idx: Tensor, targets: Tensor | None = None,
-                 caches: Sequence[KVCache] | None = None, *,
-                 last_only: bool = False) -> Any:  # as forward's; Any, as nn.Module's call
-        """``model(idx, ...)``: check the arguments once (``check_inputs``), then run ``forward``
-        with the layers' own input checks off, since their input comes from checked ids."""
-        if not checked_upstream():
-            self.check_inputs(idx, targets, caches, last_only)
-        with inputs_checked():
-            return super().__call__(idx, targets, caches, last_only=last_only)
-
     def check_inputs(self, idx: Tensor, targets: Tensor | None,
                      caches: Sequence[KVCache] | None, last_only: bool) -> None:
-        """A clear error for any bad argument of ``forward``."""
+        """A clear error for any bad argument of ``forward``, which calls it first: ids of the
+        right shape, dtype and range, targets like them, caches that fit, a length that fits."""
         check_bool(last_only, "last_only")
         if last_only and targets is not None:
             raise ValueError("last_only=True gives only the last position's logits, so it cannot "

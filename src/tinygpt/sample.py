@@ -26,12 +26,10 @@ from torch import Tensor
 
 from tinygpt.checks import (
     ArgumentValueError,
-    check_arguments_first,
     check_float,
     check_instance,
     check_int,
     check_token_ids,
-    inputs_checked,
 )
 from tinygpt.model import GPT
 
@@ -51,11 +49,13 @@ __all__ = [
 
 def check_sampling(logits: object = None, temperature: object = 1.0, top_k: object = None,
                    top_p: object = None, *, vocab_size: int | None = None,
-                   greedy: bool = True) -> float:
+                   greedy: bool = True, rows: bool = False) -> float:
     """Check the sampling settings (and ``logits``, if given); return the temperature as a float.
 
     ``top_k`` is at most ``vocab_size`` (default: the logits' ``V``); ``greedy=False`` refuses
-    temperature 0. ``TypeError`` for a wrong type, ``ValueError`` for a wrong value.
+    temperature 0; ``rows=True`` requires logits of shape ``(B, V)``. ``TypeError`` for a wrong
+    type, ``ValueError`` for a wrong value. Each sampling function below calls it in its first
+    line, on its own arguments (shapes and numbers only: it reads no tensor's values).
     """
     if logits is not None:
         if not isinstance(logits, Tensor) or not logits.is_floating_point():
@@ -65,6 +65,8 @@ def check_sampling(logits: object = None, temperature: object = 1.0, top_k: obje
         if logits.ndim < 1 or logits.shape[-1] < 1:
             raise ValueError(f"logits must have shape (..., V) with V >= 1, got "
                              f"{tuple(logits.shape)}")
+        if rows and logits.ndim != 2:
+            raise ValueError(f"logits must have shape (B, V), got {tuple(logits.shape)}")
         vocab_size = logits.shape[-1] if vocab_size is None else vocab_size
     try:
         temperature = check_float(temperature, "temperature", 0.0, math.inf)
@@ -80,60 +82,33 @@ def check_sampling(logits: object = None, temperature: object = 1.0, top_k: obje
     return temperature
 
 
-# The checks each sampling function below runs on its arguments before its body (unless
-# ``generate``, which checks once, calls it): ``check_sampling`` with that function's settings.
-
-def check_temperature(logits: object, temperature: object) -> None:
-    check_sampling(logits, temperature, greedy=False)
-
-
-def check_top_k(logits: object, k: object) -> None:
-    check_sampling(logits, top_k=k)
-
-
-def check_top_p(logits: object, p: object) -> None:
-    check_sampling(logits, top_p=p)
-
-
-def check_processing(logits: object, temperature: object = 1.0, top_k: object = None,
-                     top_p: object = None) -> None:
-    check_sampling(logits, temperature, top_k, top_p, greedy=False)
-
-
-def check_sample_next(logits: object, temperature: object = 1.0, top_k: object = None,
-                      top_p: object = None, generator: object = None) -> None:
-    check_sampling(logits, temperature, top_k, top_p)
-    if isinstance(logits, Tensor) and logits.ndim != 2:
-        raise ValueError(f"logits must have shape (B, V), got {tuple(logits.shape)}")
-
-
 # --- logits processing ---------------------------------------------------------------------------
 
-@check_arguments_first(check_temperature)
 def apply_temperature(logits: Tensor, temperature: float) -> Tensor:
     """``logits / temperature`` (``temperature > 0``): below 1 sharpens, above 1 flattens.
 
     As ``temperature -> 0`` all the mass goes to the largest logit (greedy, which
     ``sample_next`` handles); ``temperature = 1`` leaves the distribution unchanged.
     """
+    check_sampling(logits, temperature, greedy=False)  # a clear error for a bad argument
     return logits / temperature
 
 
-@check_arguments_first(check_top_k)
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
     """Keep the ``k`` largest logits of each row (ties: as ``torch.topk``), the others -> -inf."""
+    check_sampling(logits, top_k=k)  # a clear error for a bad argument
     values, indices = torch.topk(logits, k, dim=-1)  # (..., k)
     out = torch.full_like(logits, float("-inf"))
     return out.scatter(-1, indices, values)  # (..., V)
 
 
-@check_arguments_first(check_top_p)
 def top_p_filter(logits: Tensor, p: float) -> Tensor:
     """Nucleus filtering: keep the smallest set of tokens whose probability reaches ``p``.
 
     A token is kept when the mass of the likelier tokens before it is still below ``p``, so the
     most likely token is always kept (``p = 1`` keeps everything).
     """
+    check_sampling(logits, top_p=p)  # a clear error for a bad argument
     probs = torch.softmax(logits, dim=-1)  # (..., V)
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)  # (..., V)
     mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # (..., V)
@@ -143,13 +118,13 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
-@check_arguments_first(check_processing)
 def process_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
                    top_p: float | None = None) -> Tensor:
     """Temperature -> top-k -> top-p, in that order; removed tokens get ``-inf``.
 
     ``temperature`` must be > 0 here (greedy decoding has nothing to process).
     """
+    check_sampling(logits, temperature, top_k, top_p, greedy=False)  # a clear error if bad
     logits = apply_temperature(logits, temperature)
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
@@ -158,7 +133,6 @@ def process_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None =
     return logits
 
 
-@check_arguments_first(check_sample_next)
 def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> Tensor:
     """One next-token id per row of ``logits`` ``(B, V)``: returns ``(B,)`` int64.
@@ -166,6 +140,7 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
     Temperature 0: the argmax (ties -> the lowest id). Otherwise one draw per row from
     ``softmax(process_logits(...))``; a seeded ``generator`` makes it reproducible.
     """
+    check_sampling(logits, temperature, top_k, top_p, rows=True)  # a clear error if bad
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,): the first maximum, so ties go to the lowest id
     if logits.dtype not in (torch.float32, torch.float64):
@@ -242,8 +217,8 @@ def generate(
     last = torch.zeros(B, dtype=torch.long, device=idx.device)  # the stop id each row emitted
     was_training = model.training
     model.eval()
-    try:  # everything was checked above: the model and the sampling functions need not check
-        with torch.no_grad(), inputs_checked():
+    try:
+        with torch.no_grad():
             for _ in range(max_new_tokens):
                 start, rebuilt = context_schedule(n, start, T_max, crop_to)
                 if caches is None:

@@ -15,7 +15,6 @@ which budget each rung gets is decided in ``tinygpt.book.ladder``.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +22,7 @@ from torch import Tensor, nn
 
 from tinygpt.attention import CausalSelfAttention
 from tinygpt.block import make_norm
-from tinygpt.checks import check_instance, check_int, check_token_ids, inputs_checked
+from tinygpt.checks import check_instance, check_int, check_token_ids
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.embedding import Embeddings
 from tinygpt.model import INIT_STD, init_gpt2
@@ -110,12 +109,6 @@ class AttentionOnly(nn.Module):
             x = layer(x)  # (B, T, C)
         x = self.transformer.ln_f(x)  # (B, T, C)
         return _output(self.lm_head(x), targets)  # (B, T, V)
-
-    def __call__(self, idx: Tensor, targets: Tensor | None = None) -> Any:  # as nn.Module's
-        """``model(idx, targets)``: ``forward`` with the layers' own input checks off, since
-        their input comes from ids the embedding has checked."""
-        with inputs_checked():
-            return super().__call__(idx, targets)
 
 
 def fit(model: nn.Module, train_ids: Tensor, block_size: int, config: TrainConfig) -> list[float]:

@@ -132,8 +132,10 @@ def check_same_schedule(history: list[dict[str, Any]], saved: TrainConfig | None
 
 
 def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW with two groups: matrices (``dim >= 2``: weights, embeddings) get ``weight_decay``,
-    vectors (biases, norm gains) get none. Shared (tied) parameters appear once.
+    """AdamW with two groups: matrices (``dim >= 2``) get ``weight_decay``, vectors none. In a GPT
+    the decayed ones are ``wte`` (``lm_head``'s too: one tied tensor, listed once), ``wpe`` and
+    every ``c_attn``, ``c_fc`` and ``c_proj`` weight; not the biases, nor the gains of ``ln_1``,
+    ``ln_2``, ``ln_f`` and QK-norm, which decay would pull to 0 and their layers' output with them.
 
     On CPU and CUDA it is torch's fused AdamW (one kernel updates every tensor; the same update,
     equal to the per-tensor loop up to float rounding); on other devices the per-tensor loop.
@@ -256,6 +258,10 @@ def train(
                 with nullcontext() if sync else no_sync(net):
                     with autocast(device, cfg.dtype):
                         _, loss = net(x.to(device), y.to(device))  # (B, T) in, a scalar out
+                    # One process stops at the first non-finite micro-batch, before its backward
+                    # (no extra wait: loss.item() below syncs anyway). With several, a rank that
+                    # raised here alone would leave the others waiting in DDP's all-reduce, so
+                    # all ranks test the mean loss below instead, equal on every rank.
                     if world == 1 and not torch.isfinite(loss):
                         raise _diverged(f"the loss is {loss.item()}", step, lr, saver)
                     (loss / A).backward()
