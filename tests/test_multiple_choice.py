@@ -182,8 +182,10 @@ def test_the_accuracies_are_the_shares_of_right_answers():
     lp = mc.ngram_log_probs(NGramModel(3, tok.vocab_size, smoothing=0.1).fit(tok.encode(TRAIN)))
     raw = norm = 0
     nats = chars = 0.0
+    each = []
     for q in questions:
         totals = mc.choice_log_probs(lp, tok, q)
+        each.append(float(max(range(4), key=lambda i: totals[i]) == q.answer))
         raw += max(range(4), key=lambda i: totals[i]) == q.answer
         norm += max(range(4), key=lambda i: totals[i] / len(q.choices[i])) == q.answer
         nats -= totals[q.answer]
@@ -193,6 +195,7 @@ def test_the_accuracies_are_the_shares_of_right_answers():
     assert result.normalised.value == pytest.approx(norm / 50)
     assert result.answer_nats_per_char == pytest.approx(nats / chars)
     assert result.raw.n == 50
+    assert result.credits == tuple(each)  # question by question, in order (for paired tests)
 
 
 def test_a_tie_earns_its_share_of_a_point():

@@ -67,7 +67,7 @@ CHAPTERS: list[tuple[int, str, str, list[str]]] = [
     (11, "11_micro", "GPT in pure Python", ["scalar_gpt"]),
     (12, "12_modern", "The modern GPT", ["rope", "muon", "llama"]),
     (13, "13_corpora", "Real corpora", ["stream", "shards"]),
-    (14, "14_finetuning", "Fine-tuning", ["multiple_choice", "lora", "genre"]),
+    (14, "14_finetuning", "Fine-tuning", ["multiple_choice", "significance", "lora", "genre"]),
     (15, "15_chat", "Chat", ["chat", "dpo"]),
 ]
 # The subpackages, in the order they are drawn, each with what it is for (its modules are read

@@ -87,11 +87,15 @@ class Accuracy:
 @dataclass(frozen=True)
 class Evaluation:
     """A model's accuracy by total log-probability (``raw``) and per character
-    (``normalised``), and its loss on the true lines (nats per character)."""
+    (``normalised``), its loss on the true lines (nats per character), and the credit it earned
+    on each question by total log-probability (1, 0, or a tie's share), in the questions' order:
+    what a paired comparison of two models on the same questions needs
+    (``tinygpt.significance``)."""
 
     raw: Accuracy
     normalised: Accuracy
     answer_nats_per_char: float
+    credits: tuple[float, ...]
 
 
 def speeches(text: str) -> list[Speech]:
@@ -293,13 +297,15 @@ def evaluate(log_probs: LogProbs, tokenizer: Tokenizer,
         raise ValueError("evaluate needs at least one question")
     raw = normalised = answer_nats = 0.0
     answer_chars = 0
+    credits = []
     for q in questions:
         totals = choice_log_probs(log_probs, tokenizer, q)
-        raw += _credit(totals, q.answer)
+        credits.append(_credit(totals, q.answer))
+        raw += credits[-1]
         normalised += _credit([t / len(c) for t, c in zip(totals, q.choices)], q.answer)
         answer_nats += totals[q.answer]
         answer_chars += len(q.choices[q.answer])
     n = len(questions)
     return Evaluation(Accuracy(raw / n, *wilson_interval(raw, n), n),
                       Accuracy(normalised / n, *wilson_interval(normalised, n), n),
-                      -answer_nats / answer_chars)
+                      -answer_nats / answer_chars, tuple(credits))

@@ -4,10 +4,12 @@
 multiple-choice benchmark (``tinygpt.multiple_choice``), for each kind of cut.
 ``genre_comparison()`` classifies speeches by the kind of their play four ways
 (``tinygpt.genre``): naive Bayes on words, a linear probe on the frozen book model, full
-fine-tuning and LoRA. Both are cached like the ladder (``tinygpt.book.results_cache``: keyed by
-their recipe and the source of the code), so a chapter shows them without training anything
-again; ``compute_choice_ladder`` and ``compute_genre_comparison`` compute them afresh (the
-benchmarks in ``benchmarks/`` call these and record the machine beside them).
+fine-tuning and LoRA, with each test speech's verdict so that methods can be compared pair by
+pair and by play (``tinygpt.significance``). Both are cached like the ladder
+(``tinygpt.book.results_cache``: keyed by their recipe and the source of the code), so a
+chapter shows them without training anything again; ``compute_choice_ladder`` and
+``compute_genre_comparison`` compute them afresh (the benchmarks in ``benchmarks/`` call these
+and record the machine beside them).
 
 The accuracies depend only on the seeds; the seconds in ``genre_comparison`` on the machine
 that computed them (one torch thread).
@@ -22,7 +24,7 @@ from typing import Any
 
 import torch
 
-from tinygpt import genre
+from tinygpt import genre, significance
 from tinygpt import multiple_choice as mc
 from tinygpt.book import ladder, results_cache, trained_model
 from tinygpt.config import TrainConfig
@@ -76,18 +78,29 @@ def compute_choice_ladder(size: int = QUESTIONS) -> dict[str, Any]:
             "fingerprints": {c: mc.fingerprint(q) for c, q in benchmarks.items()}, "rows": rows}
 
 
-def compute_genre_comparison() -> dict[str, Any]:
-    """The four classifiers' test accuracy, trainable parameters and seconds (one thread)."""
+def compute_genre_comparison(draw: int = 0) -> dict[str, Any]:
+    """The four classifiers' test accuracy, trainable parameters and seconds (one thread), on
+    the test plays that ``genre.held_out_titles`` draws with seed ``draw``.
+
+    Each row also holds ``correct``, 1 or 0 for each test speech in order, and its accuracy
+    with a 95% interval that resamples whole plays (``play_interval``): the speeches of one play
+    are not independent. ``test_example_plays`` names each test speech's play, for paired
+    comparisons by play (``tinygpt.significance``)."""
     tokenizer = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)[0]
     every = genre.examples(plays(), length=trained_model.BOOK_RECIPE.model.block_size)
-    test_titles = genre.held_out_titles(plays())
+    test_titles = genre.held_out_titles(plays(), seed=draw)
     train, test = genre.split(every, test_titles)
     test_labels = [e.label for e in test]
+    test_plays = [e.title for e in test]
     rows = []
 
     def add(method: str, predicted: Any, trainable: int, seconds: float) -> None:
+        correct = [int(p == y) for p, y in zip(torch.as_tensor(predicted).tolist(), test_labels)]
         rows.append({"method": method, "trainable": trainable, "seconds": seconds,
-                     "accuracy": dataclasses.asdict(genre.accuracy(predicted, test_labels))})
+                     "accuracy": dataclasses.asdict(genre.accuracy(predicted, test_labels)),
+                     "play_interval": dataclasses.asdict(
+                         significance.cluster_interval(correct, test_plays)),
+                     "correct": correct})
 
     with one_thread():
         start = time.perf_counter()
@@ -115,8 +128,15 @@ def compute_genre_comparison() -> dict[str, Any]:
             add(method, genre.predict(classifier, test, tokenizer),
                 trainable_parameters(classifier), time.perf_counter() - start)
     counts = [test_labels.count(y) for y in range(len(genre.LABELS))]
-    return {"test_plays": list(test_titles), "train_examples": len(train),
-            "test_examples": len(test), "majority": max(counts) / len(test), "rows": rows}
+    return {"draw": draw, "test_plays": list(test_titles), "train_examples": len(train),
+            "test_examples": len(test), "test_example_plays": test_plays,
+            "majority": max(counts) / len(test), "rows": rows}
+
+
+def compute_genre_draws(draws: int) -> list[dict[str, Any]]:
+    """``compute_genre_comparison`` on ``draws`` different draws of the test plays (seeds 0, 1,
+    ...): how much the ranking of the methods depends on which plays were held out."""
+    return [compute_genre_comparison(draw) for draw in range(draws)]
 
 
 def choice_ladder() -> dict[str, Any]:
