@@ -4,6 +4,9 @@ the argument checks."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -24,6 +27,7 @@ from tinygpt.sample import (
     top_p_filter,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = GPTConfig(vocab_size=23, block_size=12, n_layer=2, n_head=2, n_embd=16)
 
 
@@ -231,6 +235,46 @@ def test_seeded_sampling_is_reproducible_and_cache_independent():
     assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
     other = generate(model, idx, 20, temperature=1.3, generator=torch.Generator().manual_seed(7))
     assert not torch.equal(runs[0], other)
+
+
+def chapter_9_loop():
+    """``generate_loop``, the generation loop chapter 9 writes on the page, taken from the
+    notebook's code cell: the page's own code, run here without running the chapter."""
+    notebook = json.loads((ROOT / "chapters" / "09_sampling.ipynb").read_text(encoding="utf-8"))
+    [code] = ["".join(c["source"]) for c in notebook["cells"]
+              if c["cell_type"] == "code" and "def generate_loop(" in "".join(c["source"])]
+    namespace: dict = {"torch": torch}
+    exec(code, namespace)  # defines generate_loop, nothing else
+    return namespace["generate_loop"]
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_chapter_9s_loop_is_generate_on_the_greedy_path(use_cache):
+    generate_loop = chapter_9_loop()
+    model = tiny_model(seed=6).eval()
+    idx = prompt(2, 3, seed=7)
+    n = TINY.block_size - 3  # the text fits in the window
+    ours = generate_loop(model, idx, n, temperature=0)
+    with torch.no_grad():
+        assert top2_gap(model(ours[:, :-1])[:, 2:]) > MARGIN  # no near-tie (see MARGIN)
+    assert torch.equal(ours, generate(model, idx, n, temperature=0, use_cache=use_cache))
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_chapter_9s_loop_is_generate_on_the_seeded_path(use_cache):
+    generate_loop = chapter_9_loop()
+    model = tiny_model(seed=8).double().eval()  # float64: see the test above
+    idx = prompt(3, 2, seed=9)
+    n = TINY.block_size - 2
+    for temperature, top_k in [(3.0, 3), (1.3, 10), (0.7, None)]:  # a hot top-3: its cut matters
+        ours = generate_loop(model, idx, n, temperature, top_k,
+                             generator=torch.Generator().manual_seed(11))
+        theirs = generate(model, idx, n, temperature=temperature, top_k=top_k,
+                          use_cache=use_cache, generator=torch.Generator().manual_seed(11))
+        assert torch.equal(ours, theirs), (temperature, top_k)
+        other = generate_loop(model, idx, n, temperature, top_k,
+                              generator=torch.Generator().manual_seed(12))
+        assert not torch.equal(ours, other)  # the draws do depend on the generator
 
 
 def test_generate_restores_training_mode_and_needs_no_grad():
