@@ -321,6 +321,7 @@ WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_loads_during_saves_never_see_a_mix_of_two(tmp_path):
     out = tmp_path / "live"
     save_tiny(out, step=0, fill=0.0)

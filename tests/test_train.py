@@ -322,6 +322,7 @@ print(kept, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 20)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                     reason="keep_freed_memory changes glibc's malloc only")
 def test_keep_freed_memory_ends_the_page_faults_of_each_step():
