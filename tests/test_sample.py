@@ -15,6 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+import tinygpt.sample as sample_module
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
 from tinygpt.sample import (
@@ -377,3 +378,33 @@ def test_generate_checks_its_settings_once_not_once_per_token(monkeypatch):
         assert calls == ["sample.check_token_ids", "sample.check_sampling"], calls
     with pytest.raises(ValueError, match="top_k"):  # and the check still happens
         tinygpt.sample.generate(model, torch.zeros(1, 3, dtype=torch.long), 2, top_k=99)
+
+
+def count_rebuilds(monkeypatch, model: GPT, n: int,
+                   crop_to: int | None) -> tuple[int, torch.Tensor]:
+    real, rebuilds = sample_module.context_schedule, []
+
+    def counting(*args):
+        start, rebuilt = real(*args)
+        rebuilds.append(rebuilt)
+        return start, rebuilt
+
+    monkeypatch.setattr(sample_module, "context_schedule", counting)
+    idx = torch.zeros(1, 1, dtype=torch.long)
+    out = generate(model, idx, n, temperature=0, crop_to=crop_to)
+    monkeypatch.setattr(sample_module, "context_schedule", real)
+    return sum(rebuilds), out
+
+
+def test_the_default_crop_to_rebuilds_every_half_context(monkeypatch):
+    torch.manual_seed(0)
+    T_max = 16
+    model = GPT(GPTConfig(vocab_size=11, block_size=T_max, n_layer=1, n_head=2, n_embd=8)).eval()
+    period = T_max - T_max // 2 + 1  # tokens between rebuilds with crop_to = T_max // 2: 9
+    n = T_max + 9 * period  # a 1-token prompt: the context is full after T_max - 1 new tokens
+    default, out_default = count_rebuilds(monkeypatch, model, n, None)
+    _, out_half = count_rebuilds(monkeypatch, model, n, T_max // 2)
+    old, _ = count_rebuilds(monkeypatch, model, n, T_max - 1)
+    assert torch.equal(out_default, out_half)  # the default is crop_to = block_size // 2
+    assert default == 9  # at n = 17, 26, ..., 89 tokens: one per period past the context
+    assert old == len(range(T_max + 1, n + 1, 2)) == 41  # crop_to = T_max - 1: every other token
