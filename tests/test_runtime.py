@@ -39,3 +39,24 @@ def test_bf16_is_accepted_on_an_ampere_gpu(monkeypatch):
         warnings.simplefilter("ignore")  # a CPU-only torch warns that CUDA autocast is off
         context = autocast(torch.device("cuda"), "bfloat16")
     assert isinstance(context, torch.autocast)
+
+
+def test_bfloat16_autocast_with_qk_norm_gives_no_torch_warning():
+    import warnings
+
+    import torch
+
+    from tinygpt.config import GPTConfig
+    from tinygpt.model import GPT
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=1, n_head=2, n_embd=16,
+                          qk_norm=True))
+    idx = torch.randint(32, (2, 8))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _, loss = model(idx, idx)
+        loss.backward()
+    assert not [str(w.message) for w in caught], [str(w.message) for w in caught]
+    assert torch.isfinite(loss)

@@ -400,3 +400,23 @@ def test_a_covering_custom_pattern_still_trains_and_round_trips():
 def test_crlf_and_cr_round_trip_as_bytes(tok):
     text = "one\r\ntwo\rthree\n"
     assert tok.decode_bytes(tok.encode(text)) == text.encode("utf-8")
+
+
+def test_a_special_token_with_an_id_that_is_not_an_integer_says_so(tmp_path):
+    import json
+
+    from tinygpt.tokenizer import BPETokenizer
+
+    tok = BPETokenizer.train("hello world " * 20, 300, special_tokens=["<|endoftext|>"])
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    model = json.loads(path.read_text())
+    eot = model["special_tokens"]["<|endoftext|>"]
+    for bad in (str(eot), float(eot)):
+        model["special_tokens"]["<|endoftext|>"] = bad
+        path.write_text(json.dumps(model))
+        with pytest.raises(ValueError) as caught:
+            BPETokenizer.load(path)
+        message = str(caught.value)
+        assert f"must have id {eot}, got {bad}" not in message  # was "id 266, got 266"
+        assert f"has the id {bad!r}, a {type(bad).__name__}" in message, message
