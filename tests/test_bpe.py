@@ -5,7 +5,10 @@ GPT-4's pattern against the one shipped with tiktoken, and the fast trainer agai
 textbook trainer (which is short enough to check by reading).
 """
 
+from __future__ import annotations
+
 import inspect
+import random
 import re
 from collections import Counter
 from itertools import pairwise
@@ -28,6 +31,7 @@ from tinygpt.bpe import (
     train_merges,
     train_merges_naive,
 )
+from tinygpt.tokenizer import BPETokenizer
 
 FAST = settings(max_examples=60, deadline=None)
 # Text for comparisons with other libraries: code points unassigned in Python's Unicode
@@ -187,3 +191,13 @@ def test_long_chunk_algorithm_matches_short_one(training, piece):
     assert b"".join(by_rank[i] for i in long) == piece
     if piece not in ranks:  # else encode_chunk answers at once with the whole piece
         assert long == encode_chunk(piece, ranks)
+
+
+def test_dna_like_text_without_spaces_trains_the_same_merges_as_naive():
+    """The fast trainer touches only a merge's occurrences; one endless chunk (no pre-split
+    boundary) must still give the textbook's merges, overlapping runs included."""
+    rng = random.Random(0)
+    dna = "".join(rng.choices("ACGT", k=3000))
+    chunks = [dna, "A" * 500, dna[:700]]
+    assert train_merges(chunks, 60) == train_merges_naive(chunks, 60)
+    assert BPETokenizer.train(dna, 300).decode(BPETokenizer.train(dna, 300).encode(dna)) == dna

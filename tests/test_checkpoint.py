@@ -391,3 +391,62 @@ def test_a_manifest_write_killed_midway_is_cleaned_up_by_the_next_save(tmp_path)
     save(folder, step=2)
     assert not leftover.exists() and users.read_bytes() == b"mine"
     assert load_checkpoint(folder).step == 2
+
+
+TEXT = "".join(f"{w} the {v} was {n} and more zebra.\n" for w, v, n in zip(
+    ["first", "second", "third", "fourth", "fifth", "sixth"] * 5,
+    ["cat", "dog", "fox", "owl", "ant", "bee"] * 5, range(30), strict=False))
+
+
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+        "--batch-size", "2", "--max-iters", "5", "--eval-interval", "5", "--eval-iters", "1",
+        "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    from tinygpt.cli import main
+
+    folder = tmp_path_factory.mktemp("run")
+    (folder / "small.txt").write_text(TEXT, encoding="utf-8")
+    assert main(["train", "--data", str(folder / "small.txt"), "--out", str(folder / "out"),
+                 *TINY]) == 0
+    return folder / "out"
+
+
+def test_sample_warns_when_the_checkpoints_losses_say_the_run_diverged(capsys, trained,
+                                                                       tmp_path):
+    import shutil
+
+    from conftest import rewrite_manifest
+    from conftest import run_cli as run
+
+    code, _, err = run(capsys, "sample", "--out", trained, "--max-new-tokens", "5")
+    assert code == 0 and "diverged" not in err, err
+    diverged = tmp_path / "diverged"
+    shutil.copytree(trained, diverged)
+
+    def blow_up(meta):
+        meta["history"][-1].update(loss=2.9e9, val_loss=1.6e7, train_loss=1.6e7)
+
+    rewrite_manifest(diverged, blow_up)
+    code, _, err = run(capsys, "sample", "--out", diverged, "--max-new-tokens", "5")
+    assert code == 0
+    assert "tinygpt: warning:" in err and "diverged" in err and "2.9e+09" in err, err
+
+
+@pytest.mark.parametrize("betas", [[2, 0.9], "ab", [0.9], None])
+def test_a_checkpoint_with_bad_betas_is_refused_in_one_line(capsys, trained, tmp_path, betas):
+    import shutil
+
+    from conftest import rewrite_manifest
+    from conftest import run_cli as run
+
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    rewrite_manifest(out, lambda m: m["optimizer"]["param_groups"][0].update(betas=betas))
+    code, _, err = run(capsys, "train", "--data", trained.parent / "small.txt", "--out", out,
+                       *TINY, "--resume", "--max-iters", "8")
+    assert code == 2 and err.count("\n") == 1, err  # was: torch's kernel signatures, or rc 0
+    assert "the optimizer's betas must be two numbers in [0, 1)" in err, err
+    assert "checkpoint.json" in err

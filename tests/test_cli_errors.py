@@ -1,4 +1,4 @@
-"""Issue 16, item 4: every path of the command line ends in a one-line error (exit 2), 130 for
+"""The command line's errors (tinygpt.cli): every path ends in a one-line error (exit 2), 130 for
 Ctrl-C at any moment, and a quiet exit when stdout's reader goes away. One test per finding."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Hostile or stray inputs (issue 35): links, devices and FIFOs where tinygpt expects its own
-files, edited manifests, another tokenizer's shards, deeply nested JSON. Each is refused with one
-clear line naming the file or option, and nothing that tinygpt did not write is changed."""
+"""Hostile or stray inputs to the files tinygpt reads and writes (checkpoint folders, shards,
+prepare's folders): links, devices and FIFOs where tinygpt expects its own files, edited
+manifests, another tokenizer's shards, deeply nested JSON. Each is refused with one clear line
+naming the file or option, and nothing that tinygpt did not write is changed."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def assert_refused(code: int, err: str, *words: str) -> None:
         assert word in err, (word, err)
 
 
-# --- item 1: the lock file ----------------------------------------------------------------------
+# --- the lock file of a checkpoint folder ---------------------------------------------------------
 
 @pytest.mark.parametrize("resume", [False, True])
 @pytest.mark.parametrize("kind", ["symlink", "hardlink"])
@@ -64,7 +65,7 @@ def test_a_lock_file_that_is_a_fifo_is_refused(capsys, data, tmp_path):
     assert_refused(code, err, ".tinygpt.lock", "not a regular file")
 
 
-# --- item 2: resuming on another tokenizer's shards -----------------------------------------------
+# --- resuming on another tokenizer's shards -------------------------------------------------------
 
 def prepare_cli(capsys, text: str, out: Path, *options: object) -> None:
     folder = out.parent / f"{out.name}-in"
@@ -116,7 +117,7 @@ def test_the_api_refuses_to_resume_with_another_tokenizer(tmp_path):
           progress=False, resume=True)
 
 
-# --- item 3: what a shards manifest names -------------------------------------------------------
+# --- what a shards manifest names -----------------------------------------------------------------
 
 def char_shards(capsys, tmp_path: Path) -> Path:
     prepare_cli(capsys, TEXT, tmp_path / "shards", "--tokenizer", "char")
@@ -175,7 +176,7 @@ def test_a_shard_or_tokenizer_that_is_not_a_regular_file_is_refused(capsys, tmp_
     assert_refused(code, err, which, "symbolic link" if kind != "fifo" else "not a regular file")
 
 
-# --- item 4: prepare's lock -----------------------------------------------------------------------
+# --- prepare's lock -------------------------------------------------------------------------------
 
 HOLDER = """
 import sys
@@ -244,7 +245,7 @@ def test_a_finished_prepare_leaves_no_lock_and_a_lock_removed_meanwhile_is_no_lo
         pass
 
 
-# --- item 5: prepare never reads its own output as text -----------------------------------------
+# --- prepare never reads its own output as text ---------------------------------------------------
 
 def test_prepare_skips_a_shards_folder_among_its_inputs_and_refuses_one_alone(capsys, tmp_path):
     import json
@@ -264,7 +265,7 @@ def test_prepare_skips_a_shards_folder_among_its_inputs_and_refuses_one_alone(ca
     assert not (tmp_path / "again").exists()
 
 
-# --- item 6: shards.json checks itself, its dtype and the ids -------------------------------------
+# --- shards.json checks itself, its dtype and the ids ---------------------------------------------
 
 def test_a_bit_flip_in_shards_json_is_caught_by_its_checksum(capsys, tmp_path):
     shards = char_shards(capsys, tmp_path)
@@ -301,7 +302,7 @@ def test_a_shard_holding_an_id_outside_the_vocabulary_is_refused(capsys, tmp_pat
     assert_refused(code, err, path.name, "token id 999", "outside the vocabulary")
 
 
-# --- item 7: a pattern read from a file -----------------------------------------------------------
+# --- a pattern read from a file -------------------------------------------------------------------
 
 REDOS = r"(a|a)*c|[\s\S]"  # 'a' * 40 takes 2**40 steps to fail the first branch
 
@@ -343,7 +344,7 @@ def test_shards_whose_tokenizer_has_an_unknown_pattern_are_refused(capsys, tmp_p
     assert_refused(code, err, "tokenizer.json", "not GPT-2's or GPT-4's")
 
 
-# --- item 8: deeply nested and key-less JSON, in every file tinygpt reads back -------------------
+# --- deeply nested and key-less JSON, in every file tinygpt reads back ----------------------------
 
 NESTED = ("[" * 100_000 + "]" * 100_000).encode()  # json.loads: RecursionError
 
@@ -458,7 +459,7 @@ def test_nested_or_key_less_json_in_any_file_tinygpt_wrote_is_a_clear_error(caps
         assert any("corrupt cache entry" in str(w.message) for w in caught)
 
 
-# --- item 9: --workers ----------------------------------------------------------------------------
+# --- --workers ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("workers", ["0", "-2", "1025", "1000000000"])
 def test_absurd_workers_are_refused(capsys, tmp_path, monkeypatch, workers):
@@ -509,7 +510,7 @@ def test_workers_are_capped_at_the_cores_and_the_tasks(tmp_path, monkeypatch):
     assert started == [3, 3]  # a dozen tasks, three cores
 
 
-# --- item 11: lesser ones -------------------------------------------------------------------------
+# --- the out folder, gradient accumulation, the val fraction, file modes, leftovers ---------------
 
 @pytest.mark.parametrize("command", ["train", "prepare"])
 @pytest.mark.parametrize("how", ["read-only", "under-a-file"])

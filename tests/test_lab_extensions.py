@@ -1,4 +1,4 @@
-"""JupyterLab and its MyST renderer are versions that agree (issue #23).
+"""JupyterLab and its MyST renderer are versions that agree.
 
 jupyterlab-myst 2.7.0 is built against ``@jupyter/ydoc`` 3; JupyterLab 4.6 ships version 4, and
 ``jupyter labextension list`` then marks the extension ``X`` and prints "is not compatible with

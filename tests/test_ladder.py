@@ -270,3 +270,57 @@ def test_chapter_8s_ladder_shows_the_value_the_building_chapter_printed(rung):
     shown = float(by_chapter[8][f"ladder8_{rung.key}"])
     built = float(by_chapter[rung.chapter][f"ladder_{rung.key}"])
     assert shown == pytest.approx(built, abs=1e-9), (rung.key, shown, built)
+
+
+def rung_loss_within(key: str, seconds: float = 60) -> float:
+    """``ladder.rung_loss(key)``, failing (not hanging the suite) if it blocks."""
+    import threading
+
+    from tinygpt.book import ladder
+
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(ladder.rung_loss(key)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"rung_loss({key!r}) blocked"
+    assert result, "rung_loss raised"
+    return result[0]
+
+
+def test_a_ladder_cache_entry_that_is_a_fifo_does_not_block(ladder_corpus):
+    import math
+    import os
+
+    from tinygpt.book import ladder
+
+    path = ladder._path("uniform")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    with pytest.warns(UserWarning, match="not a regular file"):
+        loss = rung_loss_within("uniform")  # was: blocked for ever opening the FIFO
+    assert loss == pytest.approx(math.log(ladder_corpus.tokenizer.vocab_size))
+
+
+def test_a_ladder_cache_entry_that_is_a_folder_does_not_raise(ladder_corpus):
+    import math
+
+    from tinygpt.book import ladder
+
+    path = ladder._path("uniform")
+    path.mkdir(parents=True)
+    with pytest.warns(UserWarning, match="cannot cache"):
+        loss = ladder.rung_loss("uniform")  # was: IsADirectoryError
+    assert loss == pytest.approx(math.log(ladder_corpus.tokenizer.vocab_size))
+    assert path.is_dir()  # left alone
+
+
+@pytest.mark.parametrize("hostile", [float("nan"), float("inf"), -1.0])
+def test_a_ladder_cache_entry_with_a_hostile_loss_is_computed_again(ladder_corpus, hostile):
+    import math
+
+    from tinygpt.book import ladder, results_cache
+
+    results_cache.write_json(ladder._path("uniform"), {"rung": "uniform", "loss": hostile})
+    with pytest.warns(UserWarning, match="is not a loss"):
+        loss = ladder.rung_loss("uniform")  # was: nan returned
+    assert loss == pytest.approx(math.log(ladder_corpus.tokenizer.vocab_size))

@@ -1,5 +1,5 @@
 """How the chapters' notebooks are written so that they read well on the web, in JupyterLab,
-on Colab and on GitHub (issue #23): code that fits the page, a collapsed set-up cell, and
+on Colab and on GitHub: code that fits the page, a collapsed set-up cell, and
 MyST directives that degrade to readable text where no MyST renderer runs."""
 
 from __future__ import annotations

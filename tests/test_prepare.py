@@ -547,3 +547,114 @@ def test_tiny_reads_and_parts_give_the_same_shards(tmp_path, monkeypatch):
     assert shard_bytes(tmp_path / "pieces") == shard_bytes(tmp_path / "whole")
     docs = documents(corpus, SMALL)
     assert decoded(tmp_path / "pieces", "val") == "".join(d + EOT for d in docs["val"])
+
+
+FEW_WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog;", "sun,", "moon"]
+
+
+TINY_SHARDS = Options(tokenizer="char", val_fraction=0.25, seed=3, shard_tokens=50)
+
+
+def make_small_corpus(folder: Path, files: int = 4, docs: int = 4, words: int = 120) -> Path:
+    rng = random.Random(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        texts = [" ".join(rng.choice(FEW_WORDS) for _ in range(words)) for _ in range(docs)]
+        (folder / f"doc{f}.txt").write_text(EOT.join(texts), encoding="utf-8")
+    return folder
+
+
+def folder_bytes(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def test_many_small_shards_do_not_rewrite_the_progress_file_for_each(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare_run.time, "monotonic", lambda: 0.0)  # a fast machine
+    saves = []
+    real = prepare_run.save_json
+    monkeypatch.setattr(prepare_run, "save_json",
+                        lambda out, name, m: saves.append(name) or real(out, name, m))
+    manifest = prepare_run.write_shards(make_small_corpus(tmp_path / "in"), tmp_path / "out",
+                                        TINY_SHARDS, workers=1)
+    shards = sum(len(v) for v in manifest["shards"].values())
+    assert shards > 150
+    # was one save a shard (quadratic bytes); now after 1, 2, 4, 8... shards
+    assert saves.count(PROGRESS) <= 12, (saves.count(PROGRESS), shards)
+
+
+@pytest.mark.parametrize("killed_after", [5, 37])
+def test_a_run_killed_between_progress_saves_resumes_exactly(tmp_path, monkeypatch, killed_after):
+    monkeypatch.setattr(prepare_run.time, "monotonic", lambda: 0.0)  # a fast machine
+    corpus = make_small_corpus(tmp_path / "in")
+    prepare_run.write_shards(corpus, tmp_path / "straight", TINY_SHARDS, workers=1)
+    real, calls = prepare_run._write_shard, []
+
+    def dies(out, name, tokens):
+        if len(calls) == killed_after:
+            raise KeyboardInterrupt
+        calls.append(name)
+        return real(out, name, tokens)
+
+    monkeypatch.setattr(prepare_run, "_write_shard", dies)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_run.write_shards(corpus, tmp_path / "killed", TINY_SHARDS, workers=1)
+    rewritten: list[str] = []
+    monkeypatch.setattr(prepare_run, "_write_shard",
+                        lambda out, name, tokens: rewritten.append(name) or real(out, name, tokens))
+    prepare_run.write_shards(corpus, tmp_path / "killed", TINY_SHARDS, workers=1)
+    assert set(calls) & set(rewritten) != set(calls)  # some finished shards were kept
+    assert folder_bytes(tmp_path / "killed") == folder_bytes(tmp_path / "straight")
+
+
+def test_an_input_changed_with_the_same_size_and_time_is_prepared_again(tmp_path):
+    import os
+
+    corpus, out = make_small_corpus(tmp_path / "in"), tmp_path / "out"
+    first = prepare_run.write_shards(corpus, out, TINY_SHARDS, workers=1)
+    path = corpus / "doc0.txt"
+    stat = path.stat()
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("fox", "cat"), encoding="utf-8")  # same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same time
+    assert path.stat().st_size == stat.st_size
+    with pytest.raises(ValueError, match="other inputs or options"):  # was: the old shards
+        prepare_run.write_shards(corpus, out, TINY_SHARDS, workers=1)
+    again = prepare_run.write_shards(corpus, out, TINY_SHARDS, workers=1, overwrite=True)
+    assert again["shards"] != first["shards"]
+
+
+def test_a_full_disk_names_the_file_and_says_what_to_do(capsys, tmp_path, monkeypatch):
+    import errno
+
+    from conftest import run_cli as run
+
+    import tinygpt.data
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tinygpt.data.os, "fsync", full)
+    corpus = make_small_corpus(tmp_path / "in")
+    code, _, err = run(capsys, "prepare", corpus, "--out", tmp_path / "out", "--tokenizer",
+                       "char", "--workers", "1", "--quiet")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "[Errno 28]" not in err  # was: tinygpt: error: [Errno 28] No space left on device
+    assert "the disk is full while writing" in err and str(tmp_path / "out") in err
+    assert "free some space" in err
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_prepare_of_a_device_or_fifo_says_what_it_is_not_no_such_file(capsys, tmp_path, kind):
+    import os
+
+    from conftest import run_cli as run
+
+    path = Path("/dev/zero")
+    if kind == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    code, _, err = run(capsys, "prepare", path, "--out", tmp_path / "out", "--quiet")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "no such file" not in err  # was: "/dev/zero: no such file, no file in that folder..."
+    assert ("a character device" if kind == "device" else "a FIFO") in err, err
+    assert not (tmp_path / "out").exists()

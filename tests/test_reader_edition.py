@@ -1,4 +1,4 @@
-"""The reader's edition (issue #31): the page teaches, the proof runs underneath.
+"""The reader's edition: the page teaches, the proof runs underneath.
 
 What checks the book (nbval's cell tags, glued numbers) stays in the notebooks and runs in CI,
 but the reader does not see it: no ``# NBVAL_*`` comment in a code cell, no ``glue(`` call

@@ -4,6 +4,9 @@ the argument checks."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+import tinygpt.sample as sample_module
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
 from tinygpt.sample import (
@@ -24,6 +28,7 @@ from tinygpt.sample import (
     top_p_filter,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = GPTConfig(vocab_size=23, block_size=12, n_layer=2, n_head=2, n_embd=16)
 
 
@@ -233,6 +238,46 @@ def test_seeded_sampling_is_reproducible_and_cache_independent():
     assert not torch.equal(runs[0], other)
 
 
+def chapter_9_loop():
+    """``generate_loop``, the generation loop chapter 9 writes on the page, taken from the
+    notebook's code cell: the page's own code, run here without running the chapter."""
+    notebook = json.loads((ROOT / "chapters" / "09_sampling.ipynb").read_text(encoding="utf-8"))
+    [code] = ["".join(c["source"]) for c in notebook["cells"]
+              if c["cell_type"] == "code" and "def generate_loop(" in "".join(c["source"])]
+    namespace: dict = {"torch": torch}
+    exec(code, namespace)  # defines generate_loop, nothing else
+    return namespace["generate_loop"]
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_chapter_9s_loop_is_generate_on_the_greedy_path(use_cache):
+    generate_loop = chapter_9_loop()
+    model = tiny_model(seed=6).eval()
+    idx = prompt(2, 3, seed=7)
+    n = TINY.block_size - 3  # the text fits in the window
+    ours = generate_loop(model, idx, n, temperature=0)
+    with torch.no_grad():
+        assert top2_gap(model(ours[:, :-1])[:, 2:]) > MARGIN  # no near-tie (see MARGIN)
+    assert torch.equal(ours, generate(model, idx, n, temperature=0, use_cache=use_cache))
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_chapter_9s_loop_is_generate_on_the_seeded_path(use_cache):
+    generate_loop = chapter_9_loop()
+    model = tiny_model(seed=8).double().eval()  # float64: see the test above
+    idx = prompt(3, 2, seed=9)
+    n = TINY.block_size - 2
+    for temperature, top_k in [(3.0, 3), (1.3, 10), (0.7, None)]:  # a hot top-3: its cut matters
+        ours = generate_loop(model, idx, n, temperature, top_k,
+                             generator=torch.Generator().manual_seed(11))
+        theirs = generate(model, idx, n, temperature=temperature, top_k=top_k,
+                          use_cache=use_cache, generator=torch.Generator().manual_seed(11))
+        assert torch.equal(ours, theirs), (temperature, top_k)
+        other = generate_loop(model, idx, n, temperature, top_k,
+                              generator=torch.Generator().manual_seed(12))
+        assert not torch.equal(ours, other)  # the draws do depend on the generator
+
+
 def test_generate_restores_training_mode_and_needs_no_grad():
     model = tiny_model().train()
     out = generate(model, prompt(1, 2), 3)
@@ -346,3 +391,33 @@ def test_generate_checks_each_forward_and_each_sampling_call_exactly_once(monkey
         assert calls.count("sample.check_sampling") == 1 + 12 * len(functions)
     with pytest.raises(ValueError, match="top_k"):  # and the check still happens
         tinygpt.sample.generate(model, torch.zeros(1, 3, dtype=torch.long), 2, top_k=99)
+
+
+def count_rebuilds(monkeypatch, model: GPT, n: int,
+                   crop_to: int | None) -> tuple[int, torch.Tensor]:
+    real, rebuilds = sample_module.context_schedule, []
+
+    def counting(*args):
+        start, rebuilt = real(*args)
+        rebuilds.append(rebuilt)
+        return start, rebuilt
+
+    monkeypatch.setattr(sample_module, "context_schedule", counting)
+    idx = torch.zeros(1, 1, dtype=torch.long)
+    out = generate(model, idx, n, temperature=0, crop_to=crop_to)
+    monkeypatch.setattr(sample_module, "context_schedule", real)
+    return sum(rebuilds), out
+
+
+def test_the_default_crop_to_rebuilds_every_half_context(monkeypatch):
+    torch.manual_seed(0)
+    T_max = 16
+    model = GPT(GPTConfig(vocab_size=11, block_size=T_max, n_layer=1, n_head=2, n_embd=8)).eval()
+    period = T_max - T_max // 2 + 1  # tokens between rebuilds with crop_to = T_max // 2: 9
+    n = T_max + 9 * period  # a 1-token prompt: the context is full after T_max - 1 new tokens
+    default, out_default = count_rebuilds(monkeypatch, model, n, None)
+    _, out_half = count_rebuilds(monkeypatch, model, n, T_max // 2)
+    old, _ = count_rebuilds(monkeypatch, model, n, T_max - 1)
+    assert torch.equal(out_default, out_half)  # the default is crop_to = block_size // 2
+    assert default == 9  # at n = 17, 26, ..., 89 tokens: one per period past the context
+    assert old == len(range(T_max + 1, n + 1, 2)) == 41  # crop_to = T_max - 1: every other token

@@ -8,8 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from test_prepare import make_corpus
+from test_prepare import make_corpus, make_small_corpus
 
+import tinygpt.prepare as prepare_run
 from tinygpt.checkpoint import load_checkpoint
 from tinygpt.cli import main
 from tinygpt.config import GPTConfig, TrainConfig
@@ -202,3 +203,30 @@ def test_torchrun_ranks_map_the_same_shard_files_and_match_one_process(tmp_path)
             if key in a:
                 assert a[key] == pytest.approx(b[key], rel=1e-5), (a["step"], key)
     assert without_timing(results[0]["history"]) == without_timing(results[1]["history"])
+
+
+def test_a_shard_truncated_during_training_is_a_clear_error_not_sigbus(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    prepare_run.write_shards(make_small_corpus(tmp_path / "in"), out,
+                             Options(tokenizer="char", val_fraction=0.25, seed=3), workers=1)
+    script = f"""
+import os, sys, torch
+from tinygpt.shards import ShardError, TokenShards
+shards = TokenShards({str(out)!r}, "train")
+shards.get_batch(4, 8)
+os.truncate({str(out / "train_000000.bin")!r}, 2)  # another program truncates it
+try:
+    for _ in range(50):
+        shards.get_batch(4, 8, torch.Generator().manual_seed(_))
+except ShardError as err:
+    print(err)
+    sys.exit(3)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=False, timeout=120)
+    assert run.returncode == 3, (run.returncode, run.stderr[-500:])  # was -7: SIGBUS
+    assert "truncated to 2 bytes while in use" in run.stdout
+    assert "train_000000.bin" in run.stdout

@@ -5,6 +5,8 @@ ids, for GPT-2's tokenizer and for tokenizers trained here. HF tokenizers is a s
 independent reference for GPT-2.
 """
 
+from __future__ import annotations
+
 import json
 import re
 from pathlib import Path
@@ -346,3 +348,75 @@ def test_the_entry_reader_lets_the_manifests_file_check_speak_and_names_a_bad_fi
                              lambda name: b'{"format": "something else"}', error=ManifestError)
     assert str(caught.value).startswith(f"cannot load a tokenizer from {tmp_path / 'v1'}/"
                                         f"{TOKENIZER_FILE}: ")
+
+
+TEXT = "Hello, world! The cat sat on the mat.\n" * 20
+
+
+@pytest.fixture(scope="module")
+def tok() -> BPETokenizer:
+    return BPETokenizer.train(TEXT, 300, special_tokens=["<|endoftext|>"])
+
+
+@pytest.mark.parametrize("prompt, position", [("ab\ud800cd", 2), ("héllo wörld \udc80x", 12)])
+def test_lone_surrogate_reports_its_position_in_the_text(tok, prompt, position):
+    for encode in (tok.encode, tok.encode_ordinary):
+        with pytest.raises(ValueError, match=f"at position {position} is a lone surrogate"):
+            encode(prompt)
+
+
+def test_edited_special_token_says_what_is_wrong_not_id_299_got_299(tok, tmp_path):
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    model = json.loads(path.read_text())
+    eot = model["special_tokens"]["<|endoftext|>"]
+    model["tokens"][eot] = b"<|endoftext!>".hex()  # the bytes edited, the id left alone
+    path.write_text(json.dumps(model))
+    with pytest.raises(ValueError) as caught:
+        BPETokenizer.load(path)
+    message = str(caught.value)
+    assert f"must have id {eot}, got {eot}" not in message
+    assert "<|endoftext!>" in message and str(eot) in message
+
+
+def test_pattern_that_does_not_cover_the_text_is_refused_in_train():
+    with pytest.raises(ValueError, match=r"does not cover the text: ', ' at position 5"):
+        BPETokenizer.train("Hello, world!", 260, pattern=r"\w+")
+
+
+def test_pattern_that_does_not_cover_the_text_is_refused_in_encode(tok):
+    words_only = BPETokenizer(tok.tokens, tok.merges, r"\w+", tok.special_tokens)
+    assert words_only.decode(words_only.encode("Helloworld")) == "Helloworld"
+    with pytest.raises(ValueError, match="at position 5"):
+        words_only.encode("Hello, world!")
+
+
+def test_a_covering_custom_pattern_still_trains_and_round_trips():
+    text = "Hello, world!\r\nagain\r"
+    custom = BPETokenizer.train(text * 5, 270, pattern=r"\w+|\s+|.")
+    assert custom.decode(custom.encode(text)) == text
+
+
+def test_crlf_and_cr_round_trip_as_bytes(tok):
+    text = "one\r\ntwo\rthree\n"
+    assert tok.decode_bytes(tok.encode(text)) == text.encode("utf-8")
+
+
+def test_a_special_token_with_an_id_that_is_not_an_integer_says_so(tmp_path):
+    import json
+
+    from tinygpt.tokenizer import BPETokenizer
+
+    tok = BPETokenizer.train("hello world " * 20, 300, special_tokens=["<|endoftext|>"])
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    model = json.loads(path.read_text())
+    eot = model["special_tokens"]["<|endoftext|>"]
+    for bad in (str(eot), float(eot)):
+        model["special_tokens"]["<|endoftext|>"] = bad
+        path.write_text(json.dumps(model))
+        with pytest.raises(ValueError) as caught:
+            BPETokenizer.load(path)
+        message = str(caught.value)
+        assert f"must have id {eot}, got {bad}" not in message  # was "id 266, got 266"
+        assert f"has the id {bad!r}, a {type(bad).__name__}" in message, message

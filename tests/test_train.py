@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from tinygpt.checkpoint import load_checkpoint
 from tinygpt.checkpoint.run_state import TrainingDivergedError
+from tinygpt.cli import main
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.runtime import resolve_device
@@ -337,6 +338,7 @@ print(kept, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 20)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                     reason="keep_freed_memory changes glibc's malloc only")
 def test_keep_freed_memory_ends_the_page_faults_of_each_step():
@@ -367,3 +369,78 @@ def test_train_on_cpu_keeps_freed_memory(monkeypatch):
     monkeypatch.setattr(train_module, "keep_freed_memory", lambda: calls.append(1) or True)
     train(MODEL, replace(TINY, max_iters=1), TRAIN, VAL, progress=False)
     assert calls == [1]
+
+
+# --- resume ---------------------------------------------------------------------------------------
+# The resume tests' run (_R): ids mod 32, a warm-up of one step, then a cosine over the rest, so
+# every later step's lr depends on max_iters.
+IDS_R = torch.tensor([ord(c) % 32 for c in TEXT])
+TRAIN_R, VAL_R = IDS_R[:2000], IDS_R[2000:]
+MODEL_R = GPTConfig(vocab_size=32, block_size=16, n_layer=1, n_head=2, n_embd=16)
+CFG_R = TrainConfig(batch_size=4, max_iters=6, warmup_iters=1, learning_rate=3e-3, min_lr=3e-4,
+                    eval_interval=3, eval_iters=2)
+
+
+def test_an_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path):
+    straight = train(MODEL_R, CFG_R, TRAIN_R, VAL_R, out_dir=tmp_path / "a", progress=False)
+    stopped = train(MODEL_R, CFG_R, TRAIN_R, VAL_R, out_dir=tmp_path / "b", progress=False,
+                    callback=lambda record, model: record["step"] == 3)  # interrupted at step 3
+    assert stopped[-1]["step"] == 3 and load_checkpoint(tmp_path / "b").step == 3
+    resumed = train(MODEL_R, CFG_R, TRAIN_R, VAL_R, out_dir=tmp_path / "b", resume=True,
+                    progress=False)
+    assert without_timing(resumed) == without_timing(straight)
+
+
+def test_resume_refuses_to_stretch_a_finished_schedule(tmp_path):
+    train(MODEL_R, CFG_R, TRAIN_R, VAL_R, out_dir=tmp_path, progress=False)
+    longer = replace(CFG_R, max_iters=12)
+    assert lr_at(6, longer) > lr_at(5, CFG_R)  # what stretching would do: the rate goes back up
+    with pytest.raises(ValueError) as err:
+        train(MODEL_R, longer, TRAIN_R, VAL_R, out_dir=tmp_path, resume=True, progress=False)
+    message = str(err.value)
+    assert "max_iters=12 (the checkpoint's: 6)" in message
+    assert f"from {lr_at(5, CFG_R):.1e} at step 6 to {lr_at(6, longer):.1e} at step 7" in message
+    assert "new run" in message and "\n" not in message
+    assert load_checkpoint(tmp_path).step == 6  # nothing was trained or written
+
+
+def test_resume_refuses_a_shorter_run_continued_on_a_longer_schedule(tmp_path):
+    # steps 1-3 of a 3-step run follow another cosine than steps 1-3 of a 6-step run
+    train(MODEL_R, replace(CFG_R, max_iters=3), TRAIN_R, VAL_R, out_dir=tmp_path, progress=False)
+    with pytest.raises(ValueError, match=r"max_iters=6 \(the checkpoint's: 3\).* step 3 was"):
+        train(MODEL_R, CFG_R, TRAIN_R, VAL_R, out_dir=tmp_path, resume=True, progress=False)
+
+
+@pytest.mark.parametrize("field, value", [("learning_rate", 1e-3), ("min_lr", 1e-4),
+                                          ("warmup_iters", 2), ("lr_decay_iters", 4)])
+def test_resume_names_the_schedule_field_that_changed(tmp_path, field, value):
+    train(MODEL_R, CFG_R, TRAIN_R, VAL_R, out_dir=tmp_path, progress=False,
+          callback=lambda record, model: record["step"] == 4)
+    with pytest.raises(ValueError, match=f"{field}={value} \\(the checkpoint's: "):
+        train(MODEL_R, replace(CFG_R, **{field: value}), TRAIN_R, VAL_R, out_dir=tmp_path,
+              resume=True, progress=False)
+
+
+def test_resume_allows_settings_that_leave_the_steps_taken_unchanged(tmp_path):
+    # during warm-up the rate does not depend on max_iters: a longer run is still the same run
+    warm = replace(CFG_R, warmup_iters=10, max_iters=3)
+    train(MODEL_R, warm, TRAIN_R, VAL_R, out_dir=tmp_path / "b", progress=False)
+    resumed = train(MODEL_R, replace(warm, max_iters=6), TRAIN_R, VAL_R, out_dir=tmp_path / "b",
+                    resume=True, progress=False)
+    straight = train(MODEL_R, replace(warm, max_iters=6), TRAIN_R, VAL_R, progress=False)
+    assert without_timing(resumed) == without_timing(straight)
+
+
+def test_cli_resume_with_a_larger_max_iters_is_a_clear_one_line_error(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT, encoding="utf-8")
+    base = ["train", "--data", str(corpus), "--out", str(tmp_path / "run"), "--n-layer", "1",
+            "--n-head", "2", "--n-embd", "16", "--block-size", "8", "--batch-size", "4",
+            "--eval-iters", "1", "--warmup-iters", "1", "--quiet"]
+    assert main(base + ["--max-iters", "4"]) == 0
+    capsys.readouterr()
+    code = main(base + ["--resume", "--max-iters", "8"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("tinygpt: error: ") and "Traceback" not in err
+    assert "max_iters=8 (the checkpoint's: 4)" in err
+    assert load_checkpoint(tmp_path / "run").step == 4

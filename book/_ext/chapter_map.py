@@ -52,7 +52,8 @@ from pathlib import Path
 
 # Chapter number, notebook stem, short title, and the top-level modules the chapter builds, in
 # the order they are drawn (within a chapter, a module before the modules that import it). A
-# module belongs to the chapter that introduces it: shows its code, or imports it first.
+# module belongs to a chapter whose code cells run it: import it, or import a module that imports
+# it (tests/test_book_map.py checks this from the code, never from the prose).
 CHAPTERS: list[tuple[int, str, str, list[str]]] = [
     (1, "01_tokens", "Text to tokens", ["shakespeare", "data", "bpe", "tokenizer"]),
     (2, "02_bigram", "Bigram baseline", ["bigram", "ngram"]),

@@ -1,15 +1,12 @@
-"""The small models of chapters 4 and 5, the loss ladder's rungs between counting and the GPT,
-and the one loop that trains them all.
+"""The small models of chapters 4 and 5, the loss ladder's rungs between counting and the GPT.
 
 ``ContextMLP`` is chapter 4's model: a Bengio-style MLP that reads a fixed window of the previous
 ``context`` characters (their embeddings side by side, a hidden layer, logits). ``AttentionOnly``
 is chapter 5's: embeddings, causal self-attention layers in residual connections, a final norm and
 the output layer, with no MLP. Both map ids ``(B, T)`` to logits ``(B, T, V)`` (and a loss, given
-targets), as ``GPT`` does, so that ``tinygpt.book.scoring.score`` and ``fit`` take any of the three.
-
-``fit`` trains a model by a ``TrainConfig``: AdamW, warm-up and cosine decay (``lr_at``), random
-windows (``get_batch``), gradient clipping. It does not evaluate, save or log; which model and
-which budget each rung gets is decided in ``tinygpt.book.ladder``.
+targets), as ``GPT`` does, so that ``tinygpt.book.scoring.score`` and the ladder's ``fit`` take any
+of the three. This module builds the models; it does not train them (``tinygpt.book.ladder.fit``
+does, with chapter 8's optimizer and schedule).
 """
 
 from __future__ import annotations
@@ -23,10 +20,9 @@ from torch import Tensor, nn
 from tinygpt.attention import CausalSelfAttention
 from tinygpt.block import make_norm
 from tinygpt.checks import check_instance, check_int, check_token_ids
-from tinygpt.config import GPTConfig, TrainConfig
+from tinygpt.config import GPTConfig
 from tinygpt.embedding import Embeddings
 from tinygpt.model import INIT_STD, init_gpt2
-from tinygpt.train import configure_optimizer, get_batch, lr_at
 
 
 def _output(logits: Tensor, targets: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
@@ -110,25 +106,3 @@ class AttentionOnly(nn.Module):
         x = self.transformer.ln_f(x)  # (B, T, C)
         return _output(self.lm_head(x), targets)  # (B, T, V)
 
-
-def fit(model: nn.Module, train_ids: Tensor, block_size: int, config: TrainConfig) -> list[float]:
-    """Train ``model`` in place on random windows of ``train_ids`` for ``config.max_iters`` steps
-    of AdamW (warm-up, then cosine decay, gradients clipped to ``config.grad_clip``), seeded by
-    ``config.seed``; return the training loss of every step."""
-    check_instance(config, TrainConfig, "config")
-    batches = torch.Generator().manual_seed(config.seed)
-    optimizer = configure_optimizer(model, config)
-    model.train()
-    losses = []
-    for step in range(config.max_iters):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, config)
-        x, y = get_batch(train_ids, config.batch_size, block_size, batches)  # (B, T) each
-        _, loss = model(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.grad_clip:
-            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        losses.append(loss.item())
-    return losses

@@ -20,6 +20,10 @@ also ends a word after punctuation and its line breaks). A word always splits in
 chunks, so ``WordCache`` encodes each distinct word, and each distinct piece between spaces
 (``SpacedPieces``), once while it is in use (``RecentItems``). Special tokens are cut out of
 the stream first (``special_pieces``), with ``encode``'s rules. This module does not read files.
+
+Chapter 13 runs it: ``tinygpt prepare`` encodes a corpus larger than memory with it
+(``tinygpt.prepare.workers``, ``tinygpt.prepare.documents``). No chapter displays it; chapter 1's
+``BPETokenizer`` imports it for ``encode_iterable`` and ``bpe`` for cutting long runs.
 """
 
 from __future__ import annotations

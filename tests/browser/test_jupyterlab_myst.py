@@ -1,4 +1,4 @@
-"""Every chapter opened in JupyterLab renders its MyST (issue #23).
+"""Every chapter opened in JupyterLab renders its MyST.
 
 JupyterLab's own Markdown renderer prints MyST roles and directives as literal text ("self-
 {term}`attention`", a ```` ```{exercise} ```` block, a solution in plain view). With

@@ -31,12 +31,13 @@ from torch import nn
 
 from tinygpt.book import results_cache, trained_model
 from tinygpt.book.scoring import score
-from tinygpt.checks import check_int
+from tinygpt.checks import check_instance, check_int
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
 from tinygpt.ngram import NGramModel
 from tinygpt.runtime import one_thread
-from tinygpt.small_models import AttentionOnly, ContextMLP, fit
+from tinygpt.small_models import AttentionOnly, ContextMLP
+from tinygpt.train import configure_optimizer, get_batch, lr_at
 
 # Counting rungs: (n, add-k smoothing) of the n-gram model; n = 0 is the uniform guess.
 COUNTING = {"uniform": (0, 0.0), "unigram": (1, 0.0), "bigram": (2, 1.0), "ngram": (5, 0.01)}
@@ -142,6 +143,31 @@ def _counting_loss(n: int, smoothing: float, train_ids: torch.Tensor, val_ids: t
         short = NGramModel(t + 1, vocab_size, smoothing).fit(train_ids)
         total += short.loss(val_ids[: t + 1])  # one prediction: val_ids[t] after val_ids[:t]
     return total / (N - 1)
+
+
+def fit(model: nn.Module, train_ids: torch.Tensor, block_size: int,
+        config: TrainConfig) -> list[float]:
+    """Train ``model`` in place on random windows of ``train_ids`` for ``config.max_iters`` steps
+    of AdamW (warm-up, then cosine decay, gradients clipped to ``config.grad_clip``), seeded by
+    ``config.seed``; return the training loss of every step. It is chapter 8's loop without
+    evaluation, saving or logging, so that it trains the small models of chapters 4-6 too."""
+    check_instance(config, TrainConfig, "config")
+    batches = torch.Generator().manual_seed(config.seed)
+    optimizer = configure_optimizer(model, config)
+    model.train()
+    losses = []
+    for step in range(config.max_iters):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, config)
+        x, y = get_batch(train_ids, config.batch_size, block_size, batches)  # (B, T) each
+        _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip:
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
 
 
 def _build(key: str, vocab_size: int) -> nn.Module:
