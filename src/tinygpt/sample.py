@@ -34,6 +34,7 @@ from tinygpt.checks import (
     inputs_checked,
 )
 from tinygpt.model import GPT
+from tinygpt.portable_random import PCG32, choose_token
 
 __all__ = [
     "apply_temperature",
@@ -217,7 +218,7 @@ def generate(
     model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 1.0,
     top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
     generator: torch.Generator | None = None, stop: int | Iterable[int] | None = None,
-    crop_to: int | None = None,
+    crop_to: int | None = None, rng: PCG32 | None = None,
 ) -> Tensor:
     """Continue each prompt row of ``idx`` ``(B, T)`` by up to ``max_new_tokens`` tokens.
 
@@ -225,9 +226,15 @@ def generate(
     hit a ``stop`` id (a finished row is padded with it). ``temperature``, ``top_k``, ``top_p``,
     ``generator``: as in ``sample_next``. ``use_cache``: through a ``KVCache`` (fast) or not
     (slow), same tokens. ``crop_to``: tokens kept when the context is full (default
-    ``block_size // 2``; see the module docstring). Runs in eval mode, without gradients.
+    ``block_size // 2``; see the module docstring). ``rng``: a ``PCG32`` picks each token with
+    ``tinygpt.portable_random.choose_token`` (float64, the page's sampler) instead of
+    ``torch.multinomial``. Runs in eval mode, without gradients.
     """
     stops = _check_generate_args(model, idx, max_new_tokens, crop_to, stop)
+    if rng is not None:
+        check_instance(rng, PCG32, "rng")
+        if generator is not None:
+            raise ValueError("give a torch generator or a PCG32 rng, not both")
     B, T = idx.shape
     V, T_max = model.config.vocab_size, model.config.block_size
     temperature = check_sampling(temperature=temperature, top_k=top_k, top_p=top_p, vocab_size=V)
@@ -256,7 +263,13 @@ def generate(
                     new = out[:, start + fed:n]  # (B, T_new): what the cache has not seen
                     logits = model(new, caches=caches, last_only=True)  # (B, 1, V)
                     fed = n - start
-                token = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)  # (B,)
+                if rng is None:
+                    token = sample_next(logits[:, -1, :], temperature, top_k, top_p,
+                                        generator)  # (B,)
+                else:  # the portable sampler, one row at a time in float64
+                    rows = logits[:, -1, :].double().tolist()  # B lists of V floats
+                    token = torch.tensor([choose_token(r, temperature, top_k, top_p, rng)
+                                          for r in rows], device=idx.device)  # (B,)
                 token = torch.where(finished, last, token)  # finished rows repeat their stop
                 out[:, n] = token
                 n += 1
