@@ -101,6 +101,7 @@
       event.preventDefault();
       const run = {};
       running = run;
+      div.dataset.state = "loading";  // then running, and done or error
       out.textContent = "";
       try {
         const settings = {
