@@ -25,8 +25,7 @@ import torch
 from tinygpt.book.web_export import export_model
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
-from tinygpt.portable_random import PCG32, choose_token
-from tinygpt.sample import generate
+from tinygpt.sample import PCG32, choose_token, generate
 from tinygpt.tokenizer import CharTokenizer
 
 DRIVER = Path(__file__).parent / "node" / "engine_driver.js"

@@ -62,7 +62,7 @@ CHAPTERS: list[tuple[int, str, str, list[str]]] = [
     (6, "06_block", "Transformer block", ["block"]),
     (7, "07_gpt", "The GPT", ["model", "gpt2"]),
     (8, "08_training", "Training", ["train"]),
-    (9, "09_sampling", "Sampling", ["portable_random", "sample"]),
+    (9, "09_sampling", "Sampling", ["sample"]),
     (10, "10_scaling", "Scaling out", ["runtime", "distributed"]),
     (11, "11_micro", "GPT in pure Python", ["scalar_gpt"]),
     (12, "12_modern", "The modern GPT", ["rope", "muon", "llama"]),

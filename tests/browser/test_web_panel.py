@@ -22,8 +22,7 @@ from browser_support import REPO
 from tinygpt.book.web_export import export_model
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
-from tinygpt.portable_random import PCG32
-from tinygpt.sample import generate
+from tinygpt.sample import PCG32, generate
 from tinygpt.tokenizer import CharTokenizer
 
 CHARS = list("\n !',.:;?ABCDEGHIKMNORSTWabcdeghilmnorstuwy")

@@ -10,7 +10,7 @@
  * or rotary positions (RoPE), QK-norm, tied or untied output layer. Weights stay float32; every
  * sum is computed in float64, so the logits agree with PyTorch's float32 to about 1e-6.
  *
- * Sampling (sampleToken, generateTokens) follows tinygpt.portable_random and tinygpt.sample:
+ * Sampling (sampleToken, generateTokens) follows tinygpt.sample (PCG32, choose_token, generate):
  * temperature, then top-k, then top-p, then one draw from PCG32, all in float64.
  *
  * It is a classic script, not an ES module: Chromium refuses module scripts from file:// pages,
@@ -348,7 +348,7 @@
 
   /**
    * PCG32 (O'Neill's pcg32, XSH RR, 64-bit state): seeded as pcg32_srandom(seed, 54), the
-   * generator of tinygpt.portable_random. uniform() is next() / 2^32, in [0, 1).
+   * generator of tinygpt.sample.PCG32. uniform() is next() / 2^32, in [0, 1).
    */
   class PCG32 {
     constructor(seed, sequence) {
@@ -375,7 +375,7 @@
    * otherwise the logits are divided by the temperature, the top_k largest kept (ties: the lower
    * id first), then the smallest prefix whose probability reaches top_p (a token is kept while
    * the mass before it is below p), and one draw u * total walks the kept tokens from the
-   * likeliest. Everything in float64, as tinygpt.portable_random.choose_token.
+   * likeliest. Everything in float64, as tinygpt.sample.choose_token.
    */
   function sampleToken(logits, settings, rng) {
     const V = logits.length;
