@@ -12,6 +12,15 @@ Crop and rebuild: the positions are absolute (GPT-2's table ``wpe``), so once th
 and rebuilds the cache from them with one forward pass, every ``T_max - crop_to + 1`` tokens.
 The uncached path follows the same schedule, so both give the same tokens.
 
+Portable sampling: ``PCG32`` is O'Neill's pcg32 generator (XSH RR, 64-bit state), seeded as the
+reference ``pcg32_srandom(seed, 54)``, ``uniform()`` = ``next() / 2**32``; ``choose_token`` picks
+one id from a row of logits in plain float64: temperature 0 is the argmax (lowest id on ties);
+otherwise the logits minus their maximum, over the temperature, sorted likeliest first (ties:
+lower id first), cut to the ``top_k`` first, then to the smallest prefix whose probability reaches
+``top_p`` (kept while the mass before is below ``p``), and ``u * total`` walks that prefix. The
+page's engine (book/_static/tinygpt/engine.js) does the same steps, so ``generate(...,
+rng=PCG32(seed))`` writes the page's text for that seed; without ``rng``, ``torch.multinomial``.
+
 A row that emits a stop id is finished and padded with that id; generation ends once every row
 is finished. It does not tokenize text, load checkpoints, or do beam search or penalties.
 """
@@ -19,7 +28,7 @@ is finished. It does not tokenize text, load checkpoints, or do beam search or p
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -34,8 +43,10 @@ from tinygpt.checks import (
 from tinygpt.model import GPT
 
 __all__ = [
+    "PCG32",
     "apply_temperature",
     "check_sampling",
+    "choose_token",
     "context_schedule",
     "generate",
     "process_logits",
@@ -154,6 +165,81 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
+# --- portable sampling: the page's generator and sampler ----------------------------------------
+_MASK64 = (1 << 64) - 1
+_MULT = 6364136223846793005  # the LCG multiplier of PCG's reference code
+_DEFAULT_SEQUENCE = 54  # the stream of pcg32-demo, the reference's example
+
+
+class PCG32:
+    """PCG32 (XSH RR): 32-bit outputs from a 64-bit linear congruential state."""
+
+    def __init__(self, seed: int, sequence: int = _DEFAULT_SEQUENCE) -> None:
+        check_int(seed, "seed", 0, _MASK64)
+        check_int(sequence, "sequence", 0, _MASK64 >> 1)
+        self.state = 0
+        self.inc = ((sequence << 1) | 1) & _MASK64
+        self.next()
+        self.state = (self.state + seed) & _MASK64
+        self.next()
+
+    def next(self) -> int:
+        """The next 32-bit output, in ``[0, 2**32)``."""
+        old = self.state
+        self.state = (old * _MULT + self.inc) & _MASK64
+        xorshifted = (((old >> 18) ^ old) >> 27) & 0xFFFFFFFF
+        rot = old >> 59
+        return ((xorshifted >> rot) | (xorshifted << ((32 - rot) & 31))) & 0xFFFFFFFF
+
+    def uniform(self) -> float:
+        """A float in ``[0, 1)``: ``next() / 2**32``."""
+        return self.next() / 4294967296
+
+
+def _sum(values: list[float]) -> float:
+    """Left to right, as the page adds (Python 3.12's ``sum`` compensates, the page does not)."""
+    total = 0.0
+    for v in values:
+        total += v
+    return total
+
+
+def choose_token(logits: Sequence[float], temperature: float, top_k: int | None,
+                 top_p: float | None, rng: PCG32) -> int:
+    """One id from ``logits`` (``V`` floats), in float64 (see "Portable sampling" in the module
+    docstring): what the page's engine picks with the same ``rng`` state."""
+    check_instance(rng, PCG32, "rng")
+    V = len(logits)
+    check_float(temperature, "temperature", 0.0, math.inf)
+    if top_k is not None:
+        check_int(top_k, "top_k", 1, V)
+    if top_p is not None:
+        check_float(top_p, "top_p", 0.0, 1.0, low_open=True)
+    values = [float(x) for x in logits]
+    if temperature == 0:
+        return max(range(V), key=lambda i: (values[i], -i))  # the first maximum
+    top = max(values)
+    z = [(x - top) / temperature for x in values]  # float64, the largest at 0
+    order = sorted(range(V), key=lambda i: (-z[i], i))  # likeliest first, ties by id
+    kept = order[:top_k] if top_k is not None else order
+    probs = [math.exp(z[i]) for i in kept]
+    total = _sum(probs)
+    if top_p is not None:
+        before, n = 0.0, 0
+        while n < len(kept) and (n == 0 or before / total < top_p):
+            before += probs[n]
+            n += 1
+        kept, probs = kept[:n], probs[:n]
+        total = _sum(probs)
+    u = rng.uniform() * total
+    cum = 0.0
+    for token, p in zip(kept, probs, strict=True):
+        cum += p
+        if u < cum:
+            return token
+    return kept[-1]  # u rounded up to the total
+
+
 # --- generation ----------------------------------------------------------------------------------
 
 def context_schedule(n_tokens: int, start: int, block_size: int, crop_to: int) -> tuple[int, bool]:
@@ -192,7 +278,7 @@ def generate(
     model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 1.0,
     top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
     generator: torch.Generator | None = None, stop: int | Iterable[int] | None = None,
-    crop_to: int | None = None,
+    crop_to: int | None = None, rng: PCG32 | None = None,
 ) -> Tensor:
     """Continue each prompt row of ``idx`` ``(B, T)`` by up to ``max_new_tokens`` tokens.
 
@@ -200,9 +286,15 @@ def generate(
     hit a ``stop`` id (a finished row is padded with it). ``temperature``, ``top_k``, ``top_p``,
     ``generator``: as in ``sample_next``. ``use_cache``: through a ``KVCache`` (fast) or not
     (slow), same tokens. ``crop_to``: tokens kept when the context is full (default
-    ``block_size // 2``; see the module docstring). Runs in eval mode, without gradients.
+    ``block_size // 2``; see the module docstring). ``rng``: a ``PCG32`` picks each token with
+    ``choose_token`` (above) (float64, the page's sampler) instead of
+    ``torch.multinomial``. Runs in eval mode, without gradients.
     """
     stops = _check_generate_args(model, idx, max_new_tokens, crop_to, stop)
+    if rng is not None:
+        check_instance(rng, PCG32, "rng")
+        if generator is not None:
+            raise ValueError("give a torch generator or a PCG32 rng, not both")
     B, T = idx.shape
     V, T_max = model.config.vocab_size, model.config.block_size
     temperature = check_sampling(temperature=temperature, top_k=top_k, top_p=top_p, vocab_size=V)
@@ -231,7 +323,13 @@ def generate(
                     new = out[:, start + fed:n]  # (B, T_new): what the cache has not seen
                     logits = model(new, caches=caches, last_only=True)  # (B, 1, V)
                     fed = n - start
-                token = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)  # (B,)
+                if rng is None:
+                    token = sample_next(logits[:, -1, :], temperature, top_k, top_p,
+                                        generator)  # (B,)
+                else:  # the portable sampler, one row at a time in float64
+                    rows = logits[:, -1, :].double().tolist()  # B lists of V floats
+                    token = torch.tensor([choose_token(r, temperature, top_k, top_p, rng)
+                                          for r in rows], device=idx.device)  # (B,)
                 token = torch.where(finished, last, token)  # finished rows repeat their stop
                 out[:, n] = token
                 n += 1
