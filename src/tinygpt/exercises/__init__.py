@@ -61,9 +61,10 @@ def exercise(exercise_id: str) -> Exercise:
     return EXERCISES[exercise_id]
 
 
-def result(exercise_id: str, fn: object) -> Result:
-    """``check`` without the printing: the ``Result`` (status, report, hint)."""
-    return grade(exercise(exercise_id), fn)
+def result(exercise_id: str, fn: object, time_limit: float | None = None) -> Result:
+    """``check`` without the printing: the ``Result`` (status, report, hint); ``time_limit``
+    is the most seconds one call of ``fn`` may take (10 by default)."""
+    return grade(exercise(exercise_id), fn, time_limit)
 
 
 def check(exercise_id: str, fn: object) -> bool:
