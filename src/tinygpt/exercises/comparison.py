@@ -166,13 +166,15 @@ def tensor_differs(expected: torch.Tensor, got: torch.Tensor) -> str:
     e, g = expected.detach().cpu().double(), got.detach().cpu().double()
     if e.dim() == 0:
         return what_differs(e.item(), g.item())
-    if expected.is_floating_point():
-        bad = (~torch.isfinite(g) & torch.isfinite(e)).nonzero()
-        if len(bad):
-            at = tuple(bad[0].tolist())
-            return (f"{number(g[at].item())} at {list(at)} where {number(e[at].item())} is "
-                    "expected: a value overflowed, or reached 0 before a log or a division")
     finite = torch.isfinite(e) & torch.isfinite(g)
+    alike = (g == e) | (g.isnan() & e.isnan())  # an infinity matches only itself
+    bad = (~finite & ~alike).nonzero()
+    if len(bad):
+        at = tuple(bad[0].tolist())
+        cause = (": a value overflowed, or reached 0 before a log or a division"
+                 if torch.isfinite(e[at]) else "")
+        return (f"{number(g[at].item())} at {list(at)} where {number(e[at].item())} is "
+                f"expected{cause}")
     if e.dim() >= 2 and e.shape[-1] == e.shape[-2] and torch.allclose(
             g, e.transpose(-1, -2), rtol=1e-5, atol=1e-8, equal_nan=True):
         return "your result is the expected one transposed (rows and columns swapped)"
@@ -187,7 +189,7 @@ def tensor_differs(expected: torch.Tensor, got: torch.Tensor) -> str:
         offset = (g - e).flatten()
         if torch.allclose(offset, offset[0].expand_as(offset), rtol=1e-4, atol=1e-9):
             return f"every value is off by {number(offset[0].item())}"
-    gap = torch.where(finite, (g - e).abs(), torch.where(g.isnan() == e.isnan(), 0.0, math.inf))
+    gap = torch.where(finite, (g - e).abs(), 0.0)  # the non-finite ones are alike here
     at = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
     return (f"the largest difference, {number(gap[at].item())}, is at {list(at)}: expected "
             f"{number(e[at].item())}, got {number(g[at].item())}")
