@@ -7,6 +7,7 @@ case), or a "what differs" message that names no mistake.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 
@@ -58,7 +59,7 @@ def merge_drops_tail(ids, pair, new_id):
 
 
 def pairs_set(ids):
-    return {p: 1 for p in zip(ids, ids[1:])}
+    return dict.fromkeys(itertools.pairwise(ids), 1)
 
 
 def pairs_stride(ids):
@@ -70,7 +71,7 @@ def pairs_skip_one(ids):  # (ids[i], ids[i + 2]): not adjacent
 
 
 def pairs_short(ids):
-    return dict(Counter(zip(ids[:-1], ids[1:-1])))
+    return dict(Counter(itertools.pairwise(ids[:-1])))
 
 
 # -- chapter 2 ---------------------------------------------------------------------------------
@@ -85,14 +86,14 @@ def counts_index_add_once(ids, vocab_size):
 
 def counts_transposed(ids, vocab_size):
     c = torch.zeros(vocab_size, vocab_size, dtype=torch.long)
-    for x, y in zip(ids, ids[1:]):
+    for x, y in itertools.pairwise(ids):
         c[y, x] += 1
     return c
 
 
 def counts_float(ids, vocab_size):
     c = torch.zeros(vocab_size, vocab_size)
-    for x, y in zip(ids, ids[1:]):
+    for x, y in itertools.pairwise(ids):
         c[x, y] += 1
     return c
 
@@ -106,7 +107,7 @@ def counts_loop_short(ids, vocab_size):
 
 def counts_vocab_plus_one(ids, vocab_size):
     c = torch.zeros(vocab_size + 1, vocab_size + 1, dtype=torch.long)
-    for x, y in zip(ids, ids[1:]):
+    for x, y in itertools.pairwise(ids):
         c[x, y] += 1
     return c
 

@@ -108,7 +108,7 @@ def namespaces() -> dict[str, Any]:
     """The modules and classes watched, by name: the standard ones, torch.optim's and the
     tinygpt modules loaded now, and torch.Tensor and the optimizers (classes gain no
     attributes legitimately)."""
-    found = {m.__name__: m for m in STANDARD}
+    found: dict[str, Any] = {m.__name__: m for m in STANDARD}
     for name, module in list(sys.modules.items()):
         if isinstance(module, types.ModuleType) and (
                 name == "tinygpt" or name.startswith(("tinygpt.", "torch.optim."))):
