@@ -159,3 +159,14 @@ def test_the_command_reports_each_guarded_failure_and_goes_on(tmp_path, capsys):
     assert "not yet" in lines["layer_norm"]
     code, out, err = run_cli(capsys, "exercises", "--from", path, "merge", "layer_norm")
     assert code == 0 and "<a NoRepr object>" in out and "Traceback" not in out + err
+
+
+def test_a_file_that_replaces_torch_at_its_top_level_is_named_and_undone(tmp_path, capsys):
+    path = tmp_path / "my_gpt.py"
+    path.write_text("import torch\ntorch.softmax = lambda x, dim=-1, **kw: x\n"
+                    "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n")
+    original = torch.softmax
+    code, out, err = run_cli(capsys, "exercises", "--from", path, "softmax")
+    assert torch.softmax is original and code == 0
+    assert "replaced torch.softmax" in err and "put back" in err
+    assert "softmax (chapter 5): passed" in out  # graded with torch's own softmax
