@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 DESCRIPTION = """\
@@ -42,6 +43,7 @@ def add_exercises(commands: Any, add_option: Any) -> None:
 def run_exercises(args: argparse.Namespace, argv: list[str]) -> int:
     """``tinygpt exercises``: the list, or the progress of ``--from``'s functions."""
     from tinygpt.exercises import EXERCISES, exercise, result
+    from tinygpt.exercises.running import restore
     from tinygpt.exercises.workbook import load_functions, progress, progress_table
 
     by_function = {e.function: e.id for e in EXERCISES.values()}  # `attention` for
@@ -57,6 +59,10 @@ def run_exercises(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"{len(ids)} exercises; check yours with: tinygpt exercises --from my_gpt.py")
         return 0
     namespace = load_functions(args.source)
+    replaced = restore()  # what the file replaced at its top level, put back before any check
+    if replaced:
+        print(f"note: {args.source} replaced {', '.join(replaced)}; the checks need the "
+              "originals: they were put back", file=sys.stderr)
     if args.ids:
         for i in ids:
             fn = namespace.get(EXERCISES[i].function)

@@ -12,8 +12,11 @@ In a notebook, or any Python::
 ``check`` runs your function on fixed cases (large logits, ties, length 1, T = 1, float32 and
 float64 ...) and on seeded random ones (the same on every run), and compares each result with
 the package's implementation (or torch's). It prints "passed", or the first case that differs:
-its inputs, what was expected and what your function gave, and a hint that names the likely
-mistake (for instance "the largest logit overflows: subtract the max before exp"). A function
+its inputs, what was expected and what your function gave, and a hint: the classic mistake
+(for instance "the largest logit overflows: subtract the max before exp") when that mistake
+gives your results on every case, else what differs ("rows sum to 1.33, not 1"). Your function
+runs on copies of the inputs (an input changed in place, where a new value is asked for, fails),
+with a time limit, and torch's functions put back if it replaces them. A function
 that is not written yet (its body is ``...``, it returns ``None`` or raises
 ``NotImplementedError``) gets "not implemented yet"; an exception in your code is reported with
 its line, and never stops the notebook. ``exercises.list()`` gives every exercise's id, chapter
@@ -61,9 +64,10 @@ def exercise(exercise_id: str) -> Exercise:
     return EXERCISES[exercise_id]
 
 
-def result(exercise_id: str, fn: object) -> Result:
-    """``check`` without the printing: the ``Result`` (status, report, hint)."""
-    return grade(exercise(exercise_id), fn)
+def result(exercise_id: str, fn: object, time_limit: float | None = None) -> Result:
+    """``check`` without the printing: the ``Result`` (status, report, hint); ``time_limit``
+    is the most seconds one call of ``fn`` may take (10 by default)."""
+    return grade(exercise(exercise_id), fn, time_limit)
 
 
 def check(exercise_id: str, fn: object) -> bool:

@@ -62,6 +62,20 @@ def softmax_whole_tensor(x: Tensor, dim: int = -1) -> Tensor:
     return e / e.sum()
 
 
+def sums_along_dim(case: Case, expected: Tensor, got: Tensor) -> str | None:
+    """What ``got`` sums to along the case's dim, where it should sum to 1 and does not."""
+    if got.shape != expected.shape or not got.is_floating_point():
+        return None
+    dim = case.kwargs.get("dim", -1)
+    totals, wanted = got.double().sum(dim=dim), expected.double().sum(dim=dim)
+    bad = ((totals - wanted).abs() > 1e-6).nonzero()
+    if not len(bad):
+        return None
+    at = tuple(bad[0].tolist())
+    return (f"your values along dim={dim} sum to {totals[at].item():.4g}, not "
+            f"{wanted[at].item():.4g}")
+
+
 def softmax_without_exp(x: Tensor, dim: int = -1) -> Tensor:
     return x / x.sum(dim=dim, keepdim=True)
 
@@ -120,18 +134,27 @@ def layer_norm_cases() -> list[Case]:
     x = torch.full((2, 4), 7.0, dtype=torch.float64)
     cases.append(Case((x, torch.ones(4, dtype=torch.float64), torch.arange(4.0).double()),
                       note="constant rows (variance 0)"))
-    return cases
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0)) + 1e4  # chapter 6's vector
+    cases[1] = Case((x, torch.ones(64), torch.zeros(64)), note="chapter 6's float32 vector of "
+                    "mean 1e4 and std 1", tolerance={torch.float32: (1e-2, 1e-2)})
+    return cases  # (float32 rounds its mean by about 5e-4; a one-pass variance is off by 8)
 
 
 def layer_norm_reference(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    return F.layer_norm(x.double(), (x.shape[-1],), weight.double(), bias.double(),
+                        eps).to(x.dtype)  # in float64, then rounded: the exact normalisation
 
 
 def norm_with(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5, correction: int = 0,
-              eps_outside: bool = False, dim: int = -1, affine: bool = True) -> Tensor:
+              eps_outside: bool = False, dim: int = -1, affine: bool = True,
+              one_pass: bool = False, rms: bool = False) -> Tensor:
     """LayerNorm with one knob turned."""
     mean = x.mean(dim=dim, keepdim=True)
     var = x.var(dim=dim, keepdim=True, correction=correction)
+    if one_pass:  # E[x^2] - mean^2: two large, nearly equal numbers subtracted
+        var = x.pow(2).mean(dim=dim, keepdim=True) - mean.pow(2)
+    if rms:
+        var = x.pow(2).mean(dim=dim, keepdim=True)
     y = (x - mean) / (var.sqrt() + eps if eps_outside else (var + eps).sqrt())
     return y * weight + bias if affine else y
 
@@ -188,7 +211,7 @@ EXERCISES = [
                     softmax_whole_tensor),
             Mistake("softmax exponentiates first: exp(x - max) / sum(exp(x - max))",
                     softmax_without_exp),
-        )),
+        ), describe=sums_along_dim),
     Exercise(
         "causal_attention", 5, "attention",
         "attention(q: Tensor (..., T, d), k: Tensor (..., T, d), v: Tensor (..., T, d)) -> "
@@ -199,6 +222,9 @@ EXERCISES = [
                     "q.shape[-1]", lambda q, k, v: attend(q, k, v, scale=1.0)),
             Mistake("scale by 1/sqrt(d), not 1/d",
                     lambda q, k, v: attend(q, k, v, scale=1 / q.shape[-1])),
+            Mistake("scale by 1/sqrt(d), d the head size q.shape[-1], not by 1/sqrt(T), T the "
+                    "sequence length", lambda q, k, v: attend(q, k, v,
+                                                             scale=1 / math.sqrt(q.shape[-2]))),
             Mistake("the mask is off by one: position t must see itself (torch.tril keeps "
                     "the diagonal)", lambda q, k, v: attend(q, k, v, diagonal=-1)),
             Mistake("the mask lets position t see the next one: keep keys j <= t (the lower "
@@ -229,6 +255,13 @@ EXERCISES = [
                     lambda x, w, b, eps=1e-5: norm_with(x, w, b, eps, affine=False)),
             Mistake("use the eps argument, not a fixed 1e-5",
                     lambda x, w, b, eps=1e-5: norm_with(x, w, b, 1e-5)),
+            Mistake("the one-pass variance E[x^2] - mean^2 cancels in float32 when the mean is "
+                    "large (chapter 6's vector of mean 1e4): take the mean first, then the "
+                    "mean of (x - mean)^2",
+                    lambda x, w, b, eps=1e-5: norm_with(x, w, b, eps, one_pass=True)),
+            Mistake("divide by the standard deviation, sqrt(mean((x - mean)^2) + eps), not by "
+                    "the RMS of x, sqrt(mean(x^2) + eps): that is RMSNorm's",
+                    lambda x, w, b, eps=1e-5: norm_with(x, w, b, eps, rms=True)),
         )),
     Exercise(
         "gelu", 6, "gelu", "gelu(x: Tensor) -> Tensor",

@@ -5,7 +5,10 @@ dtype, or its values (how many differ, the first one, and by how much), or None 
 Floating-point tensors match within a tolerance set by their dtype (float32's rounding is about
 1e-7, float64's 1e-16, and a reader's correct formula may round differently from the
 reference's); ``nan`` matches ``nan`` and an infinity only the same infinity. ``brief`` writes a
-value in one line: a tensor as its shape, dtype and first values.
+value in one line: a tensor as its shape, dtype and first values; an object whose ``repr``
+raises as ``<a Foo object>``. ``what_differs`` says concretely how a wrong result differs, for a
+hint when no known mistake explains it: "shape (2, 3), expected (2, 4)", "every value is 2
+times the expected", "largest difference 0.12 at [0, 2]".
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from numbers import Integral, Real
 from typing import Any
 
 import torch
+
+from tinygpt.exercises.running import safe_repr
 
 # (rtol, atol) by dtype; other dtypes must be equal
 TOLERANCE = {torch.float64: (1e-7, 1e-9), torch.float32: (2e-5, 2e-6),
@@ -40,7 +45,7 @@ def brief(value: Any, width: int = 6) -> str:
         items = list(value.items())
         shown = ", ".join(f"{brief(k, 3)}: {brief(v, 3)}" for k, v in items[: 2 * width])
         return "{" + shown + (", ..." if len(items) > 2 * width else "") + "}"
-    text = repr(value)
+    text = safe_repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -121,3 +126,70 @@ def tensor_difference(expected: torch.Tensor, got: Any, at: str,
     index = ", ".join(map(str, first))
     return (f"{at}{len(bad)} of {expected.numel()} values differ; the first at [{index}]: "
             f"expected {number(e)}, got {number(g)}")
+
+
+def what_differs(expected: Any, got: Any, parts: Sequence[str] = ()) -> str:
+    """How ``got`` differs from ``expected``, concretely, in one phrase."""
+    if isinstance(expected, (list, tuple)) and parts and isinstance(got, (list, tuple)) \
+            and len(got) == len(expected):
+        for name, e, g in zip(parts, expected, got):
+            if difference(e, g) is not None:
+                return f"{name}: {what_differs(e, g)}"
+    if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
+        return tensor_differs(expected, got)
+    if isinstance(expected, Real) and isinstance(got, Real) and not isinstance(got, bool):
+        e, g = float(expected), float(got)
+        times = f": {g / e:.4g} times the expected" if e and math.isfinite(g / e) else ""
+        return f"expected {number(e)}, got {number(g)}{times}"
+    if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)):
+        first = next((i for i, (e, g) in enumerate(zip(expected, got)) if e != g),
+                     min(len(got), len(expected)))
+        shown = (f"position {first}: expected {brief(expected[first])}, got "
+                 f"{brief(got[first]) if first < len(got) else 'nothing'}"
+                 if first < len(expected) else f"position {first}: an item too many")
+        size = f"length {len(got)}, expected {len(expected)}; " if len(got) != len(expected) \
+            else ""
+        return f"{size}the first difference at {shown}"
+    return difference(expected, got, parts) or "your result differs from the expected"
+
+
+def tensor_differs(expected: torch.Tensor, got: torch.Tensor) -> str:
+    """``what_differs`` for two tensors: shape, dtype, a non-finite value, a pattern (transposed,
+    the opposite sign, a constant factor or offset), or the largest difference and where."""
+    if tuple(got.shape) != tuple(expected.shape):
+        return (f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}: check which "
+                "dimension you reduce or index over, and keepdim=True where the result must "
+                "broadcast back")
+    if got.dtype != expected.dtype:
+        return (f"dtype {got.dtype}, expected {expected.dtype}: keep the input's dtype "
+                "(torch.zeros_like(x), dtype=x.dtype), don't convert it")
+    e, g = expected.detach().cpu().double(), got.detach().cpu().double()
+    if e.dim() == 0:
+        return what_differs(e.item(), g.item())
+    finite = torch.isfinite(e) & torch.isfinite(g)
+    alike = (g == e) | (g.isnan() & e.isnan())  # an infinity matches only itself
+    bad = (~finite & ~alike).nonzero()
+    if len(bad):
+        at = tuple(bad[0].tolist())
+        cause = (": a value overflowed, or reached 0 before a log or a division"
+                 if torch.isfinite(e[at]) else "")
+        return (f"{number(g[at].item())} at {list(at)} where {number(e[at].item())} is "
+                f"expected{cause}")
+    if e.dim() >= 2 and e.shape[-1] == e.shape[-2] and torch.allclose(
+            g, e.transpose(-1, -2), rtol=1e-5, atol=1e-8, equal_nan=True):
+        return "your result is the expected one transposed (rows and columns swapped)"
+    if finite.all() and torch.allclose(g, -e, rtol=1e-5, atol=1e-8):
+        return "your result is the expected one with the opposite sign"
+    nonzero = finite & (e.abs() > 1e-12)
+    if finite.all() and nonzero.any() and (g[~nonzero].abs() < 1e-12).all():
+        ratio = g[nonzero] / e[nonzero]
+        if torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4):
+            return f"every value is {number(ratio[0].item())} times the expected"
+    if finite.all() and e.numel() > 1:
+        offset = (g - e).flatten()
+        if torch.allclose(offset, offset[0].expand_as(offset), rtol=1e-4, atol=1e-9):
+            return f"every value is off by {number(offset[0].item())}"
+    gap = torch.where(finite, (g - e).abs(), 0.0)  # the non-finite ones are alike here
+    at = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+    return (f"the largest difference, {number(gap[at].item())}, is at {list(at)}: expected "
+            f"{number(e[at].item())}, got {number(g[at].item())}")

@@ -28,9 +28,11 @@ def merge_cases() -> list[Case]:
              Case(([a, b, c], (b, a), new), note="the pair reversed is not the pair"),
              Case(([a], (a, b), new), note="length 1"),
              Case(([], (a, b), new), note="empty"),
-             Case(([c, c, a, b, c], (a, b), new), note="the pair in the middle")]
+             Case(([c, c, a, b, c], (a, b), new), note="the pair in the middle"),
+             Case(([11, 2, 1, 23, 1, 2], (1, 2), new), note="ids of two digits: 11, 23"),
+             Case(([12, 1, 2, 112], (1, 12), new), note="ids of two and three digits")]
     draw = Draw(101)
-    for _ in range(40):
+    for _ in range(38):
         pair = (draw.integer(0, 2), draw.integer(0, 2))
         cases.append(Case((draw.ids(draw.integer(0, 20), 3), pair, 256 + draw.integer(0, 9)),
                           note="random"))
@@ -65,6 +67,11 @@ def merge_first_only(ids: list[int], pair: tuple[int, int], new_id: int) -> list
         if (ids[i], ids[i + 1]) == pair:
             return [*ids[:i], new_id, *ids[i + 2:]]
     return list(ids)
+
+
+def merge_text_replace(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))
+    return [int(piece) for piece in text.split()]
 
 
 def merge_either_order(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
@@ -141,6 +148,22 @@ def probs_nan_rows(counts: Tensor, smoothing: float = 1.0) -> Tensor:
     return smoothed / smoothed.sum(dim=1, keepdim=True)
 
 
+def probs_raw_total(counts: Tensor, smoothing: float = 1.0) -> Tensor:
+    return (counts.double() + smoothing) / counts.sum(dim=1, keepdim=True)
+
+
+def rows_sum(case: Case, expected: Tensor, got: Tensor) -> str | None:
+    """What a row of ``got`` sums to, where a row of ``expected`` sums to 1 and it does not."""
+    if got.shape != expected.shape or not got.is_floating_point():
+        return None
+    totals, wanted = got.double().sum(dim=1), expected.double().sum(dim=1)
+    bad = ((totals - wanted).abs() > 1e-6).nonzero()
+    if not len(bad):
+        return None
+    row = int(bad[0])
+    return f"row {row} sums to {totals[row].item():.4g}, not {wanted[row].item():.4g}"
+
+
 def probs_float32(counts: Tensor, smoothing: float = 1.0) -> Tensor:
     return bigram.bigram_probs(counts, smoothing).float()
 
@@ -158,9 +181,12 @@ def cross_entropy_cases() -> list[Case]:
                   Case((torch.tensor([[3.0, 3.0, 3.0, 3.0]], dtype=dtype), torch.tensor([2])),
                        note=f"ties, {dtype}"),
                   Case((torch.tensor([[0.7]], dtype=dtype), torch.tensor([0])),
-                       note=f"one token, {dtype}")]
+                       note=f"one token, {dtype}"),
+                  Case((torch.tensor([[0.0, -120.0 if dtype == torch.float32 else -800.0]],
+                                     dtype=dtype), torch.tensor([1])),
+                       note=f"a target far less likely than the top token, {dtype}")]
     draw = Draw(301)
-    for _ in range(24):
+    for _ in range(22):
         N, V, dtype = draw.integer(1, 6), draw.integer(2, 9), draw.choice(DTYPES)
         scale = draw.choice([0.1, 1.0, 5.0, 200.0])
         cases.append(Case((draw.normal(N, V, dtype=dtype, scale=scale),
@@ -194,10 +220,18 @@ def ce_via_probs(logits: Tensor, targets: Tensor) -> Tensor:
     return -probs[torch.arange(len(targets)), targets].log().mean()
 
 
+def ce_log_of_softmax(logits: Tensor, targets: Tensor) -> Tensor:
+    return -torch.softmax(logits, dim=1)[torch.arange(len(targets)), targets].log().mean()
+
+
 def ce_log_base(base: float):
     def ce(logits: Tensor, targets: Tensor) -> Tensor:
         return F.cross_entropy(logits, targets) / math.log(base)
     return ce
+
+
+def ce_log2_of_softmax(logits: Tensor, targets: Tensor) -> Tensor:
+    return -torch.softmax(logits, dim=1)[torch.arange(len(targets)), targets].log2().mean()
 
 
 def ce_no_minus(logits: Tensor, targets: Tensor) -> Tensor:
@@ -308,6 +342,9 @@ EXERCISES = [
                     merge_first_only),
             Mistake("the pair is ordered: (a, b) matches a followed by b, not b followed by a",
                     merge_either_order),
+            Mistake("matching on the ids' text: \"1 2\" is also found inside \"11 2\" or "
+                    "\"1 23\"; compare the ids themselves, two at a time",
+                    merge_text_replace),
         )),
     Exercise(
         "pair_counts", 1, "pair_counts",
@@ -332,6 +369,10 @@ EXERCISES = [
             Mistake("the last pair is missing: pairs run up to (ids[-2], ids[-1])",
                     lambda ids, V: bigram.bigram_counts(ids[:-1], V)
                     if len(ids) > 2 else torch.zeros(V, V, dtype=torch.int64)),
+            Mistake("a repeated pair is counted once: counts[a, b] += 1 with index tensors "
+                    "writes each (a, b) once; count in a loop, or with counts.index_put_((a, "
+                    "b), ones, accumulate=True)", lambda ids, V:
+                    (bigram.bigram_counts(ids, V) > 0).long()),
             Mistake("counts are whole numbers: an int64 tensor (torch.zeros(V, V, "
                     "dtype=torch.long)), not float", lambda ids, V:
                     bigram.bigram_counts(ids, V).float()),
@@ -347,7 +388,10 @@ EXERCISES = [
             Mistake("a token never followed by anything (a row of zeros, no smoothing) gives "
                     "0 / 0 = nan: leave its row at zero", probs_nan_rows),
             Mistake("probabilities are float64 here (counts.double())", probs_float32),
-        )),
+            Mistake("divide by the smoothed row total, (counts + smoothing).sum(dim=1): the "
+                    "raw total leaves out the smoothing, and rows sum to more than 1",
+                    probs_raw_total),
+        ), describe=rows_sum),
     Exercise(
         "cross_entropy", 3, "cross_entropy",
         "cross_entropy(logits: Tensor (N, V), targets: Tensor (N,) int64) -> Tensor ()",
@@ -361,7 +405,11 @@ EXERCISES = [
                     "max before exp", ce_no_log_sum_exp),
             Mistake("exp of a large logit overflows: use log-sum-exp, subtracting each row's "
                     "max before exp", ce_via_probs),
+            Mistake("a very unlikely target's probability underflows to 0, and log(0) = -inf: "
+                    "take log_softmax (logits - logsumexp), not the log of softmax",
+                    ce_log_of_softmax),
             Mistake("use the natural log (torch.log), not log2", ce_log_base(2.0)),
+            Mistake("use the natural log (torch.log), not log2", ce_log2_of_softmax),
             Mistake("use the natural log (torch.log), not log10", ce_log_base(10.0)),
             Mistake("the loss is -ln p: the minus sign is missing", ce_no_minus),
             Mistake("softmax runs over the vocabulary (dim=1, within a row), not over the "

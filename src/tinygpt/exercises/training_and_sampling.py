@@ -62,12 +62,13 @@ def adamw_with(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, t: int, lr: fl
                beta1: float, beta2: float, eps: float, weight_decay: float, *,
                correct: bool = True, l2: bool = False, eps_inside: bool = False,
                t_shift: int = 0, decay_after: bool = False, swap_betas: bool = False,
-               plain_v: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+               plain_v: bool = False, decay_lr: bool = True, hats: bool = False
+               ) -> tuple[Tensor, Tensor, Tensor]:
     """AdamW with one knob turned."""
     if l2:
         grad = grad + weight_decay * param
     elif not decay_after:
-        param = param * (1 - lr * weight_decay)
+        param = param * (1 - (lr if decay_lr else 1.0) * weight_decay)
     m = beta1 * grad + (1 - beta1) * m if swap_betas else beta1 * m + (1 - beta1) * grad
     v = beta2 * v + (1 - beta2) * (grad if plain_v else grad * grad)
     step = t + t_shift
@@ -77,7 +78,7 @@ def adamw_with(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, t: int, lr: fl
     param = param - lr * m_hat / denominator
     if decay_after and not l2:
         param = param * (1 - lr * weight_decay)
-    return param, m, v
+    return (param, m_hat, v_hat) if hats else (param, m, v)
 
 
 def adamw_mistake(**knob: Any):
@@ -106,9 +107,9 @@ def lr_reference(step: int, learning_rate: float, min_lr: float, warmup_iters: i
 
 def lr_with(step: int, lr: float, min_lr: float, warmup: int, max_iters: int, *,
             from_zero: bool = False, floor: float | None = None, whole_run: bool = False,
-            clamp: bool = True) -> float:
+            clamp: bool = True, through: bool = False) -> float:
     """The schedule with one knob turned."""
-    if step < warmup:
+    if step < warmup or (through and step <= warmup):
         return lr * (step if from_zero else step + 1) / warmup
     if step >= max_iters and clamp:
         return min_lr
@@ -202,7 +203,8 @@ EXERCISES = [
         "adamw_step", 8, "adamw_step",
         "adamw_step(param, grad, m, v, t, lr, beta1, beta2, eps, weight_decay) -> (param, m, v)",
         "one step of torch.optim.AdamW's rule, t counted from 1 (tensors: param, grad, m, v)",
-        adamw_reference, adamw_cases, names=ADAMW_ARGS, parts=("param", "m", "v"), mistakes=(
+        adamw_reference, adamw_cases, names=ADAMW_ARGS, parts=("param", "m", "v"),
+        may_change=("param", "m", "v"), mistakes=(
             Mistake("bias correction is missing: divide m by 1 - beta1**t and v by 1 - "
                     "beta2**t", adamw_mistake(correct=False)),
             Mistake("AdamW's decay is decoupled: param -= lr * weight_decay * param, not "
@@ -219,6 +221,11 @@ EXERCISES = [
             Mistake("m = beta1 * m + (1 - beta1) * grad: beta1 weighs the old average",
                     adamw_mistake(swap_betas=True)),
             Mistake("v averages the squared gradient, grad * grad", adamw_mistake(plain_v=True)),
+            Mistake("the decay is scaled by the learning rate: param * (1 - lr * weight_decay), "
+                    "not (1 - weight_decay)", adamw_mistake(decay_lr=False)),
+            Mistake("the state to return is m and v themselves: m_hat and v_hat are corrected "
+                    "for this step only (the next step corrects m again)",
+                    adamw_mistake(hats=True)),
         )),
     Exercise(
         "lr_at", 8, "lr_at",
@@ -235,6 +242,9 @@ EXERCISES = [
                     "(max_iters - warmup)", lr_mistake(whole_run=True)),
             Mistake("from max_iters on the rate stays at min_lr (the cosine would climb back)",
                     lr_mistake(clamp=False)),
+            Mistake("the warm-up is the steps below warmup_iters: step < warmup_iters, not <= "
+                    "(step warmup_iters already starts the cosine, at learning_rate)",
+                    lr_mistake(through=True)),
         )),
     Exercise(
         "top_k_filter", 9, "top_k",

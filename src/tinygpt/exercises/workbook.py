@@ -63,7 +63,7 @@ def progress(namespace: dict[str, Any], ids: list[str] | None = None) -> list[Pr
             rows.append(Progress(exercise, "passed"))
         elif result.status == "not implemented":
             rows.append(Progress(exercise, "not yet", "not implemented yet"))
-        elif result.problem.startswith("raised"):  # the error says more than a hint
+        elif result.problem.startswith(("raised", "your")):  # the error says more than a hint
             rows.append(Progress(exercise, "not yet", result.problem))
         else:
             rows.append(Progress(exercise, "not yet", result.hint))
