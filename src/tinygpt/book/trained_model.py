@@ -25,12 +25,8 @@ run is bit-identical to an uninterrupted one on as many threads.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import re
-import secrets
-import shutil
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -43,7 +39,7 @@ from tinygpt import data
 from tinygpt.book import results_cache
 from tinygpt.book.scoring import score
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
-from tinygpt.checkpoint.folder import MANIFEST, CheckpointError, fsync_dir
+from tinygpt.checkpoint.folder import MANIFEST, CheckpointError
 from tinygpt.checks import check_bool, check_float, check_instance, check_int
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
@@ -174,7 +170,7 @@ def book_model(recipe: Recipe = BOOK_RECIPE, *, progress: bool = True) -> BookMo
         result = _train(recipe, path, progress, work)
         _store(result, path, clean=locked)
         if work is not None:
-            _remove(work)
+            results_cache.remove_entry(work)
         return result
 
 
@@ -272,43 +268,18 @@ def _train_resumably(recipe: Recipe, model: GPT, train_ids: torch.Tensor, val_id
             spent[0] = 0.0
             torch.manual_seed(recipe.train.seed)
             model.load_state_dict(GPT(recipe.model).state_dict())  # the seeded start again
-    _remove(work)  # what a run killed before its first checkpoint left (ours: its name)
+    results_cache.remove_entry(work)  # what a run killed before its first checkpoint left
     return train(recipe.model, config, train_ids, val_ids, out_dir=work, tokenizer=tok,
                  model=model, progress=progress, callback=at_step)
 
 
-def _remove(path: Path) -> None:
-    """Remove a folder of the cache (or a file or link in its place), as far as possible."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
 def _store(result: BookModel, path: Path, clean: bool) -> None:
-    """Save into a new folder beside ``path``, then rename it into place (replacing a corrupt
-    copy, which is first renamed away and then removed); a failure only warns. ``clean`` (the
-    lock is held): first remove what killed saves of ``path`` left beside it."""
-    if clean:
-        leftover = re.compile(rf"\.{re.escape(path.name)}\.(tmp|old)-[0-9a-f]{{8}}")
-        for entry in path.parent.iterdir():
-            if leftover.fullmatch(entry.name):
-                _remove(entry)
-    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
-    try:
+    """Save the model as the entry ``path`` (``results_cache.store_folder``: whole or not at all,
+    a failure only warns; ``clean``, the lock held: killed saves' leftovers removed first, and
+    older entries of the name pruned after)."""
+    def save(tmp: Path) -> None:
         save_checkpoint(tmp, result.model, None, result.recipe.model, result.recipe.train,
                         result.recipe.train.max_iters, tokenizer=result.tokenizer,
                         history=result.history)
-        if path.exists() or path.is_symlink():
-            old = path.with_name(f".{path.name}.old-{secrets.token_hex(4)}")
-            os.replace(path, old)
-            _remove(old)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except BaseException as err:  # an error or an interrupt: no temporary folder is left
-        _remove(tmp)
-        if not isinstance(err, (OSError, CheckpointError)):
-            raise
-        warnings.warn(f"could not cache the book model in {path} ({err}); it will be trained "
-                      "again next time", stacklevel=3)
+
+    results_cache.store_folder(path, save, "the book model", clean=clean)
