@@ -203,7 +203,7 @@ def test_prune_leaves_an_entry_another_process_holds(cache):
 def test_a_cached_result_prunes_the_older_keys_of_its_name(cache, monkeypatch):
     for version in range(results_cache.KEEP + 2):  # a new source digest each time
         monkeypatch.setattr(results_cache, "source_digest", lambda module, v=version: str(v))
-        results_cache.cached("chat-sft", "book.ladder", {"n": 1}, lambda: version)
+        results_cache.cached("chat-sft", "book.ladder", {"n": 1}, lambda v=version: v)
         time.sleep(0.01)
     assert len(list(cache.glob("chat-sft-*.json"))) == results_cache.KEEP
 
