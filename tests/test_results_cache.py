@@ -239,3 +239,14 @@ def test_store_folder_warns_when_it_cannot_cache(cache):
                       r"space left on device"):
         assert not results_cache.store_folder(path, full_disk, "the chat model")
     assert list(cache.iterdir()) == []
+
+
+def test_a_dangling_link_in_the_cache_is_named_not_errno_17(cache, tmp_path):
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.symlink_to(tmp_path / "nowhere")  # results/ -> a folder that is gone
+    with pytest.warns(UserWarning) as caught:
+        assert results_cache.cached("a-test", "book.ladder", {"n": 1}, lambda: 3) == 3
+    message = " ".join(str(w.message) for w in caught)
+    assert f"{cache} is a link to {tmp_path / 'nowhere'}, which does not exist" in message
+    assert "Errno 17" not in message and "File exists" not in message
+    assert not (tmp_path / "nowhere").exists()

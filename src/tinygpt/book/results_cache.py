@@ -189,9 +189,18 @@ def write_json(path: Path, content: Any) -> Path:
             raise IsADirectoryError(errno.EISDIR, "a folder is in its place", str(path))
         return data.write_atomically(json.dumps(raw, indent=1).encode("utf-8"), path)
     except OSError as err:
-        warnings.warn(f"cannot cache the result in {path} ({err.strerror or err}); it will be "
+        warnings.warn(f"cannot cache the result in {path} ({why_not(err, path)}); it will be "
                       "computed again next time", stacklevel=2)
         return path
+
+
+def why_not(err: OSError, path: Path) -> str:
+    """Why ``path`` could not be written, in words: a link (the entry, or a folder above it)
+    pointing at nothing is named as such, instead of ``[Errno 17] File exists``."""
+    for where in (Path(path), *Path(path).parents):
+        if where.is_symlink() and not where.exists():
+            return f"{where} is a link to {os.readlink(where)}, which does not exist"
+    return f"{err.strerror or err}{': ' + str(err.filename) if err.filename else ''}"
 
 
 def lock_path(path: Path) -> Path:
@@ -349,7 +358,7 @@ def store_folder(path: Path, save: Callable[[Path], object], what: str, *,
         remove_entry(tmp)
         if not isinstance(err, (OSError, CheckpointError)):
             raise
-        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        why = why_not(err, path) if isinstance(err, OSError) else str(err)
         warnings.warn(f"could not cache {what} in {path} ({why}); it will be computed again "
                       "next time", stacklevel=3)
         return False
