@@ -1,7 +1,9 @@
 # Build a GPT from scratch: the book, its tests, JupyterLab and the benchmarks.
 #
-#   make book    set up, execute the chapters (each only when it or the package changed) and
-#                build the HTML book in _build/html
+#   make book    set up, make the cached models (make models), execute the chapters (each only
+#                when it or the package changed) and build the HTML book in _build/html
+#   make models  train (or resume, or load) the models and results the chapters cache, each with
+#                a progress bar and outside any notebook cell (python -m tinygpt.book.models)
 #   make test    set up, then lint (ruff), type-check the package (mypy), run the unit tests,
 #                the chapters (nbval), the book build and the browser tests
 #   make test-browser  test the built book in Chromium, and a chapter in JupyterLab
@@ -52,12 +54,14 @@ BOOK_EXECUTE ?= $(if $(CI_ON),force,cache)
 # JupyterLab refuses to start as root unless told to.
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help setup book test test-browser lab bench format clean distclean
+.PHONY: help setup models book test test-browser lab bench format clean distclean
 
 help:
 	@echo "Build a GPT from scratch"
 	@echo
-	@echo "  make book       set up, execute the chapters that changed, build the book into _build/html"
+	@echo "  make book       set up, make the models, execute the chapters that changed, build the book"
+	@echo "                  into _build/html"
+	@echo "  make models     train (or resume, or load) the book's cached models and results"
 	@echo "  make test       set up, lint with ruff, type-check with mypy, run tests/, run the chapters"
 	@echo "                  with nbval, build the book, then run the browser tests"
 	@echo "  make test-browser  check the built book in Chromium and a chapter in JupyterLab"
@@ -112,7 +116,12 @@ setup: $(STAMP) $(MATHJAX_STAMP)
 
 # -W turns warnings (and a chapter whose cell raises) into a failed build; --keep-going reports
 # all of them before failing; -n also reports every broken cross-reference.
-book: setup
+# The cached models train here, each with a progress bar and no cell timeout; a killed run resumes
+# from its last checkpoint next time (tinygpt.book.trained_model), and a cached one only loads.
+models: setup
+	$(BIN)/python -m tinygpt.book.models
+
+book: setup models
 	BOOK_EXECUTE=$(BOOK_EXECUTE) $(BIN)/jupyter-book build . -W -n --keep-going
 	@echo
 	@echo "The book is built. Open $(CURDIR)/_build/html/index.html"
@@ -126,7 +135,9 @@ test: setup
 	@$(call timed,lint: ruff check . and ruff format --check chapters/,$(BIN)/ruff check . && $(BIN)/ruff format --check chapters/)
 	@$(call timed,types: mypy (the package; settings in pyproject.toml),$(BIN)/mypy)
 	@$(call timed,unit tests: pytest tests/,$(BIN)/python -m pytest tests/ --ignore=tests/browser)
-	@$(call timed,chapters: pytest --nbval-lax chapters/,$(BIN)/python -m pytest --nbval-lax chapters/)
+	@$(call timed,models: python -m tinygpt.book.models,$(MAKE) models)
+	@# nbval cannot switch its cell timeout off: a day stands for none (the models are made above)
+	@$(call timed,chapters: pytest --nbval-lax chapters/,$(BIN)/python -m pytest --nbval-lax --nbval-cell-timeout=86400 chapters/)
 	@$(call timed,book: jupyter-book build (BOOK_EXECUTE=$(BOOK_EXECUTE)),$(MAKE) book)
 	@$(call timed,browser: pytest tests/browser,$(MAKE) test-browser)
 

@@ -141,3 +141,13 @@ def test_the_ablation_replaces_only_its_own_result(tmp_path, capsys):
     assert modern.ours(tmp_path / "earlier.json") and modern.ours(tmp_path / "missing.json")
     (tmp_path / "text.json").write_text("not json")
     assert not modern.ours(tmp_path / "text.json")
+
+
+def test_the_committed_record_is_written_only_when_asked():
+    """It used to overwrite benchmarks/results/modern.json, which chapter 12 reads, by default."""
+    assert modern.output(modern.parser().parse_args([])) is None
+    assert modern.output(modern.parser().parse_args(["--record"])) == modern.RESULT
+    assert modern.output(modern.parser().parse_args(["--out", "/tmp/m.json"])) == Path(
+        "/tmp/m.json")
+    with pytest.raises(SystemExit):
+        modern.parser().parse_args(["--record", "--out", "/tmp/m.json"])

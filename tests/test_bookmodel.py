@@ -29,6 +29,7 @@ from tinygpt.book.trained_model import BOOK_RECIPE, Recipe, book_data, book_mode
 from tinygpt.checkpoint.folder import MANIFEST, MODEL_FILE
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
+from tinygpt.runtime import one_thread
 from tinygpt.sample import generate
 
 LINES = ["ROMEO:\nBut soft, what light through yonder window breaks?\n",
@@ -201,7 +202,78 @@ def test_an_interrupted_save_leaves_no_temporary_folder(trains, monkeypatch, tmp
     monkeypatch.setattr(trained_model, "save_checkpoint", interrupted)
     with pytest.raises(KeyboardInterrupt):
         book_model(TINY, progress=False)
-    assert [name for name in entries(tmp_path / "results") if not name.endswith(".lock")] == []
+    left = [name for name in entries(tmp_path / "results") if not name.endswith(".lock")]
+    assert len(left) == 1 and left[0].endswith(".work")  # the training's last checkpoint only
+    monkeypatch.setattr(trained_model, "save_checkpoint", real)
+    steps = trained_steps(monkeypatch)
+    assert book_model(TINY, progress=False).trained_now and steps == []  # nothing trained again
+    assert [name for name in entries(tmp_path / "results") if not name.endswith(".lock")] == [
+        name for name in entries(tmp_path / "results") if name.startswith("book-model-")]
+
+
+def trained_steps(monkeypatch, stop_at: int | None = None) -> list[int]:
+    """Record the steps ``train`` takes from now on (through its callback); ``stop_at``: raise
+    ``KeyboardInterrupt`` in that step's callback, as a build killed there."""
+    steps: list[int] = []
+    real = getattr(trained_model.train, "unwatched", trained_model.train)  # no earlier watch
+
+    def watched(*args, callback, **kwargs):
+        def step(record, model):
+            callback(record, model)
+            steps.append(record["step"])
+            if record["step"] == stop_at:
+                raise KeyboardInterrupt
+
+        return real(*args, callback=step, **kwargs)
+
+    watched.unwatched = real  # type: ignore[attr-defined]
+    monkeypatch.setattr(trained_model, "train", watched)
+    return steps
+
+
+@pytest.fixture
+def fixed_threads(monkeypatch):
+    """One thread however busy the machine is: runs compared bit for bit use as many."""
+    monkeypatch.setattr(trained_model, "free_threads", lambda: one_thread())
+
+
+def test_an_interrupted_training_resumes_from_its_last_checkpoint_bit_for_bit(
+        trains, fixed_threads, monkeypatch, tmp_path):
+    monkeypatch.setattr(trained_model, "SAVE_EVERY", 4)
+    whole = book_model(TINY, progress=False)  # uninterrupted, in another cache folder
+    monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path / "second"))
+    first = trained_steps(monkeypatch, stop_at=10)
+    with pytest.raises(KeyboardInterrupt):
+        book_model(TINY, progress=False)
+    assert first == list(range(1, 11))
+    work = trained_model.work_folder(results_cache.folder() / whole.path.name)
+    assert (work / MANIFEST).is_file() and not work.with_name(whole.path.name).exists()
+    then = trained_steps(monkeypatch)
+    resumed = book_model(TINY, progress=False)
+    assert then == list(range(9, 21))  # from the checkpoint of step 8, not from step 1
+    assert same_weights(weights(resumed.model), weights(whole.model))
+    assert resumed.samples == whole.samples and resumed.val_loss == whole.val_loss
+    assert [r.get("loss") for r in resumed.history] == [r.get("loss") for r in whole.history]
+    assert resumed.train_s > 0 and not work.exists()  # the work folder goes once it is stored
+    assert not book_model(TINY, progress=False).trained_now
+
+
+def test_a_work_folder_that_cannot_be_resumed_is_reported_and_trained_from_the_start(
+        trains, fixed_threads, monkeypatch, tmp_path):
+    monkeypatch.setattr(trained_model, "SAVE_EVERY", 4)
+    whole = book_model(TINY, progress=False)
+    monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path / "second"))
+    trained_steps(monkeypatch, stop_at=6)
+    with pytest.raises(KeyboardInterrupt):
+        book_model(TINY, progress=False)
+    work = trained_model.work_folder(results_cache.folder() / whole.path.name)
+    [weights_file] = work.glob(f"step-*/{MODEL_FILE}")  # step 4's
+    weights_file.write_bytes(b"not weights")  # corrupt: its checksum no longer matches
+    steps = trained_steps(monkeypatch)
+    with pytest.warns(UserWarning, match="cannot resume the interrupted training"):
+        again = book_model(TINY, progress=False)
+    assert steps == list(range(1, 21))
+    assert same_weights(weights(again.model), weights(whole.model))
 
 
 def test_what_killed_saves_left_is_removed_and_nothing_else(trains, tmp_path):

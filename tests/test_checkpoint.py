@@ -267,9 +267,10 @@ DAMAGE = {
     "missing weights": (lambda d: (version_dir(d) / MODEL_FILE).unlink(),
                         "model.safetensors: missing"),
     "config mismatch": (lambda d: edit_json(d, lambda m: m["model_config"].update(n_embd=16)),
-                        "model.safetensors: tensor .* has shape .* config needs"),
+                        "model.safetensors: the model config does not fit these weights: "
+                        "vocab_size x n_embd"),
     "fewer layers": (lambda d: edit_json(d, lambda m: m["model_config"].update(n_layer=2)),
-                     "model.safetensors: .*do not match .*missing"),
+                     "model.safetensors: .*does not fit .*n_layer is 2, the weights hold"),
     "bad config value": (lambda d: edit_json(d, lambda m: m["model_config"].update(n_head=3)),
                          "checkpoint.json: invalid content .*n_head"),
 }

@@ -433,7 +433,8 @@ def test_non_regular_files_are_refused_without_reading(tmp_path, kind):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda m: m["model_config"].update(vocab_size=2_000_000_000), "tensor .* has shape"),
+    (lambda m: m["model_config"].update(vocab_size=2_000_000_000),
+     "model_config.vocab_size is 2000000000, more than"),
     (lambda m: m["model_config"].update(vocab_size=2e9), "invalid content"),
     (lambda m: m["files"]["model.safetensors"].update(size=10**12), "more than a checkpoint"),
 ])
@@ -444,15 +445,95 @@ def test_absurd_config_values_are_refused_before_allocating(tmp_path, change, me
         load_checkpoint(tmp_path / "ck")
 
 
+@pytest.mark.parametrize("change, message", [
+    # each dimension beyond any tinygpt model: refused by its bound, naming the field
+    ({"n_layer": 100_000}, "model_config.n_layer is 100000, more than the 1024"),
+    ({"n_embd": 1 << 20, "n_head": 2}, "model_config.n_embd is 1048576, more than"),
+    ({"block_size": 1 << 30}, "model_config.block_size is 1073741824, more than"),
+    ({"block_size": 1 << 20, "positional": "rope", "n_embd": 256, "n_head": 2},
+     "a position table of more than"),
+    ({"mlp_hidden": 1 << 30}, "model_config.mlp_hidden is 1073741824, more than"),
+    # within the bounds, but not the model the weights file holds: refused by its header
+    ({"n_layer": 1000}, "n_layer is 1000, the weights hold 1 blocks"),
+    ({"n_layer": 3}, "n_layer is 3, the weights hold 1 blocks"),
+    ({"n_embd": 4096, "n_head": 2}, "vocab_size x n_embd is 12 x 4096, the token table is 12 x 8"),
+    ({"vocab_size": 500_000}, "vocab_size x n_embd is 500000 x 8, the token table is 12 x 8"),
+    ({"block_size": 60_000}, "block_size x n_embd is 60000 x 8, the position table is 8 x 8"),
+])
+def test_an_edited_config_is_refused_by_the_weights_header_before_anything_is_built(
+        tmp_path, monkeypatch, change, message):
+    """An edit of checkpoint.json (its checksum recomputed) made every loader build the edited
+    model: n_layer 100,000 grew to 4 GB. The config is now checked first, quickly."""
+    import time
+
+    from tinygpt.checkpoint import verify
+
+    save_tiny(tmp_path / "ck")
+    rewrite_manifest(tmp_path / "ck", lambda m: m["model_config"].update(change))
+    built: list[object] = []
+    monkeypatch.setattr(verify, "layout", lambda config: built.append(config))  # never reached
+    start = time.perf_counter()
+    with pytest.raises(CheckpointError, match=re.escape(message)) as caught:
+        load_checkpoint(tmp_path / "ck")
+    assert time.perf_counter() - start < 5 and built == []
+    assert "checkpoint.json" in str(caught.value) or "model.safetensors" in str(caught.value)
+
+
+def test_sample_refuses_an_edited_n_layer_in_one_line(capsys, tmp_path):
+    save_tiny(tmp_path / "ck", tokenizer=CharTokenizer("abcdefghijkl"))
+    rewrite_manifest(tmp_path / "ck", lambda m: m["model_config"].update(n_layer=30_000))
+    code, _, err = run(capsys, "sample", "--out", tmp_path / "ck", "--max-new-tokens", "3")
+    assert code != 0 and err.count("\n") == 1 and "n_layer is 30000" in err, err
+
+
+def test_a_deeply_nested_safetensors_header_is_a_clear_error(tmp_path):
+    """A header of 100,000 nested lists gave a RecursionError traceback from every loader."""
+    save_tiny(tmp_path / "ck")
+    header = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    replace_listed(tmp_path / "ck", "model.safetensors", len(header).to_bytes(8, "little") +
+                   header)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: .*nested too deeply"):
+        load_checkpoint(tmp_path / "ck")
+
+
 def test_a_safetensors_header_claiming_a_huge_tensor_is_refused(tmp_path):
     save_tiny(tmp_path / "ck")
     header = json.dumps({"transformer.embed.wte.weight": {
         "dtype": "F32", "shape": [2_000_000_000, 8], "data_offsets": [0, 64_000_000_000]}})
     blob = len(header).to_bytes(8, "little") + header.encode() + bytes(64)
     replace_listed(tmp_path / "ck", "model.safetensors", blob)
-    message = re.escape("model.safetensors: not a readable safetensors")
+    message = r"model\.safetensors: (not a readable safetensors|the model config does not fit)"
     with pytest.raises(CheckpointError, match=message):
         load_checkpoint(tmp_path / "ck")
+
+
+def test_save_refuses_a_lora_model_never_merged_and_keeps_the_previous(tmp_path):
+    """save_checkpoint used to accept it, delete the good checkpoint and leave one no loader
+    accepts; now it refuses before anything is replaced, naming the tensors that differ."""
+    from tinygpt.lora import add_lora, merge_lora
+
+    save_tiny(tmp_path / "ck")
+    before = snapshot(tmp_path / "ck")
+    model = GPT(CONFIG)
+    add_lora(model, rank=2)
+    with pytest.raises(CheckpointError, match=r"ck: not saved: the model does not fit "
+                       r"model_config \(missing \[.*unexpected \[.*lora") as caught:
+        save_checkpoint(tmp_path / "ck", model, None, CONFIG, None, 2)
+    assert "merge_lora" in str(caught.value) and snapshot(tmp_path / "ck") == before
+    assert load_checkpoint(tmp_path / "ck").step == 1  # the good one still loads
+    save_checkpoint(tmp_path / "ck", merge_lora(model), None, CONFIG, None, 2)  # merged: saved
+    assert load_checkpoint(tmp_path / "ck").step == 2
+
+
+@pytest.mark.parametrize("config", [replace(CONFIG, n_layer=2), replace(CONFIG, n_embd=16),
+                                    replace(CONFIG, tie_weights=False),
+                                    replace(CONFIG, n_layer=5000)])
+def test_save_refuses_a_model_of_another_config_and_keeps_the_previous(tmp_path, config):
+    save_tiny(tmp_path / "ck")
+    before = snapshot(tmp_path / "ck")
+    with pytest.raises(CheckpointError, match=r"ck: .*not saved"):
+        save_checkpoint(tmp_path / "ck", GPT(CONFIG), None, config, None, 2)
+    assert snapshot(tmp_path / "ck") == before
 
 
 def test_save_refuses_a_tokenizer_of_more_tokens_than_the_model(tmp_path):

@@ -208,6 +208,10 @@ def test_resume_refuses_what_contradicts_the_checkpoint(capsys, corpus, tmp_path
     assert_clear_error(*run(capsys, *resume, "--n-layer", 2)[::2], "--n-layer 2", "n_layer=1")
     assert_clear_error(*run(capsys, *resume, "--tokenizer", "bpe")[::2], "char tokenizer")
     assert_clear_error(*run(capsys, *resume)[::2], "at step 6 already", "--max-iters")
+    # a --seed it would never use (the RNGs are restored) was recorded as the run's seed
+    assert_clear_error(*run(capsys, *resume, "--max-iters", 9, "--seed", 7)[::2], "--seed 7",
+                       "leave --seed out")
+    assert load_checkpoint(out).step == 6 and load_checkpoint(out).train_config.seed != 7
     other = corpus.with_name("other.txt")
     other.write_text(TEXT.upper(), encoding="utf-8")
     assert_clear_error(*run(capsys, "train", "--data", other, "--out", out, "--resume",

@@ -342,3 +342,21 @@ def test_an_error_about_no_config_field_names_no_option():
     error = ArgumentValueError("bad", "GPTConfig.n_layer")
     assert name_options(error, GPTConfig, TrainConfig) == "bad (option --n-layer)"
     assert name_options(ArgumentValueError("bad", "top_k"), GPTConfig) == "bad"
+
+
+def test_sample_with_stdout_closed_is_one_line_not_a_traceback(tmp_path):
+    """``tinygpt sample ... >&-`` gave an AttributeError traceback (sys.stdout is None)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import train_cli_checkpoint
+
+    folder = train_cli_checkpoint(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    done = subprocess.run([sys.executable, "-m", "tinygpt", "sample", "--out", str(folder),
+                           "--max-new-tokens", "4"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, env=env, timeout=120,
+                          preexec_fn=lambda: os.close(1))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "stdout is closed" in done.stderr, done.stderr

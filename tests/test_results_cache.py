@@ -163,3 +163,90 @@ def test_one_thread_runs_the_block_on_one_and_restores_the_count_after_an_error(
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def entry_name(name: str, i: int, json_file: bool = True) -> str:
+    return f"{name}-{i:020x}" + (".json" if json_file else "")
+
+
+def test_prune_keeps_the_newest_entries_of_the_name_and_touches_nothing_else(cache):
+    """Each rebuild with new source added an entry per cached result, kept forever."""
+    cache.mkdir(parents=True)
+    for i in range(7):  # entry 6 is the newest
+        (cache / entry_name("chat-sft", i)).write_text("{}")
+        os.utime(cache / entry_name("chat-sft", i), (1000 + i, 1000 + i))
+    others = [cache / entry_name("chat-dpo", 1), cache / entry_name("chat-sft", 1, False),
+              cache / "notes-of-mine.json", cache / "chat-sft-mine.json"]
+    for other in others:
+        other.write_text("a file this cache did not write, or of another name")
+    os.utime(cache / entry_name("chat-sft", 1, False), (1, 1))
+    current = cache / entry_name("chat-sft", 3)
+    removed = results_cache.prune(current, keep=3)
+    left = sorted(p.name for p in cache.iterdir() if p.name.startswith("chat-sft-0"))
+    assert left == sorted([entry_name("chat-sft", i) for i in (3, 5, 6)]
+                          + [entry_name("chat-sft", 1, False)])
+    assert sorted(p.name for p in removed) == sorted(entry_name("chat-sft", i)
+                                                     for i in (0, 1, 2, 4))
+    assert all(other.exists() for other in others)
+
+
+def test_prune_leaves_an_entry_another_process_holds(cache):
+    cache.mkdir(parents=True)
+    held, current = cache / entry_name("ladder", 1), cache / entry_name("ladder", 2)
+    held.write_text("{}")
+    current.write_text("{}")
+    with results_cache.lock(held):
+        assert results_cache.prune(current, keep=1) == [] and held.exists()
+    assert results_cache.prune(current, keep=1) == [held] and not held.exists()
+
+
+def test_a_cached_result_prunes_the_older_keys_of_its_name(cache, monkeypatch):
+    for version in range(results_cache.KEEP + 2):  # a new source digest each time
+        monkeypatch.setattr(results_cache, "source_digest", lambda module, v=version: str(v))
+        results_cache.cached("chat-sft", "book.ladder", {"n": 1}, lambda v=version: v)
+        time.sleep(0.01)
+    assert len(list(cache.glob("chat-sft-*.json"))) == results_cache.KEEP
+
+
+def test_store_folder_keeps_one_copy_not_one_per_interrupted_save(cache):
+    """Three killed saves of the chat model left three full copies beside the entry."""
+    cache.mkdir(parents=True)
+    path = cache / entry_name("chat-model", 9, False)
+    for i in range(3):
+        left = path.with_name(f".{path.name}.tmp-0000000{i}")
+        left.mkdir()
+        (left / "model.safetensors").write_bytes(b"half")
+
+    def save(tmp: Path) -> None:
+        tmp.mkdir()
+        (tmp / "model.safetensors").write_bytes(b"whole")
+
+    assert results_cache.store_folder(path, save, "the chat model")
+    assert sorted(p.name for p in cache.iterdir() if not p.name.endswith(".lock")) == [path.name]
+    assert (path / "model.safetensors").read_bytes() == b"whole"
+
+
+def test_store_folder_warns_when_it_cannot_cache(cache):
+    """It used to fine-tune again on every call without a word."""
+    cache.mkdir(parents=True)
+    path = cache / entry_name("chat-model", 9, False)
+
+    def full_disk(tmp: Path) -> None:
+        tmp.mkdir()
+        raise OSError(28, "No space left on device")
+
+    with pytest.warns(UserWarning, match=r"could not cache the chat model in .*chat-model-.*No "
+                      r"space left on device"):
+        assert not results_cache.store_folder(path, full_disk, "the chat model")
+    assert list(cache.iterdir()) == []
+
+
+def test_a_dangling_link_in_the_cache_is_named_not_errno_17(cache, tmp_path):
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.symlink_to(tmp_path / "nowhere")  # results/ -> a folder that is gone
+    with pytest.warns(UserWarning) as caught:
+        assert results_cache.cached("a-test", "book.ladder", {"n": 1}, lambda: 3) == 3
+    message = " ".join(str(w.message) for w in caught)
+    assert f"{cache} is a link to {tmp_path / 'nowhere'}, which does not exist" in message
+    assert "Errno 17" not in message and "File exists" not in message
+    assert not (tmp_path / "nowhere").exists()

@@ -8,12 +8,16 @@ It handles the settings that training and sampling share and that do not change 
 * ``autocast(device, dtype)``: the context the forward pass runs in (bf16 autocast or none);
 * ``keep_freed_memory()``: on Linux with glibc, let ``malloc`` reuse freed activations instead of
   page-faulting fresh memory at every step;
-* ``one_thread()``: run a block on one torch thread (the book's small models; it seeds nothing).
+* ``one_thread()``: run a block on one torch thread (the book's small models; it seeds nothing);
+* ``free_threads()``: run a block on as many torch threads as this process's cores that are
+  free now (``cores_free``), so that a busy machine is not oversubscribed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import time
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
@@ -107,5 +111,83 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     try:
         yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+CpuTimes = Mapping[int, tuple[int, int]]  # CPU number -> (idle, total) clock ticks since boot
+
+
+def cpu_times(stat: str = "/proc/stat") -> CpuTimes | None:
+    """Each CPU's idle and total clock ticks since boot, from Linux's ``/proc/stat`` (idle counts
+    ``idle`` and ``iowait``); None where it cannot be read (macOS, Windows, a sandbox)."""
+    try:
+        with open(stat, encoding="ascii") as f:
+            lines = f.read(1 << 20).splitlines()
+    except (OSError, ValueError):
+        return None
+    times = {}
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and len(fields) >= 5:
+            try:
+                ticks = [int(v) for v in fields[:8]]
+            except ValueError:
+                return None
+            times[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))
+    return times or None
+
+
+def cores_free(before: CpuTimes, after: CpuTimes, cpus: set[int]) -> int:
+    """How many of the CPUs ``cpus`` were free between two ``cpu_times`` readings: the sum of
+    their idle shares, rounded (a core busy 30% of the time counts as free, one busy 70% does
+    not), at least 1 and at most ``len(cpus)``. A CPU without both readings, or without ticks
+    between them, counts as free."""
+    idle = 0.0
+    for cpu in cpus:
+        if cpu not in before or cpu not in after or after[cpu][1] <= before[cpu][1]:
+            idle += 1.0
+            continue
+        share = (after[cpu][0] - before[cpu][0]) / (after[cpu][1] - before[cpu][1])
+        idle += min(max(share, 0.0), 1.0)
+    return max(1, min(len(cpus), int(idle + 0.5)))
+
+
+def usable_cpus() -> set[int]:
+    """The CPUs this process may run on (its affinity where the system says, else all)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows
+        return set(range(os.cpu_count() or 1))
+
+
+def threads_free(window: float = 0.3) -> int:
+    """How many torch threads this process can use without waiting on other work: its CPUs'
+    free cores over the next ``window`` seconds (``cores_free``). Where the CPUs' load cannot
+    be read, torch's own count (``torch.get_num_threads()``, capped by the usable CPUs)."""
+    cpus = usable_cpus()
+    before = cpu_times()
+    if before is None:
+        return max(1, min(torch.get_num_threads(), len(cpus)))
+    time.sleep(window)
+    after = cpu_times()
+    return cores_free(before, after, cpus) if after is not None else len(cpus)
+
+
+@contextmanager
+def free_threads(window: float = 0.3) -> Iterator[int]:
+    """Run torch on ``threads_free(window)`` threads inside the block (the count is yielded), and
+    on as many as before after it (an error too).
+
+    With more threads than free cores, each of torch's parallel loops waits at its barrier for
+    the thread whose core another process holds: on 2 cores with one taken, two threads make a
+    small model's step several times slower than one. The count is chosen once, when the block
+    starts. Floating-point sums may be split differently with another count, so a run is
+    bit-exact only against a run on as many threads."""
+    threads = torch.get_num_threads()
+    chosen = threads_free(window)
+    torch.set_num_threads(chosen)
+    try:
+        yield chosen
     finally:
         torch.set_num_threads(threads)

@@ -215,7 +215,9 @@ def train(
     """Train a GPT; return its history, one record per step (``step``, ``loss``, ``lr``,
     ``tokens_per_s``, and ``train_loss``/``val_loss`` when evaluated; step 0 first). ``out_dir``:
     save checkpoints there; ``resume=True`` continues the one there bit for bit. ``model``: train
-    it in place. ``callback`` returning True stops the run. A non-finite loss or gradient raises
+    it in place. ``callback(record, model)``, called after each step before the step is saved (what
+    it adds to the record is saved too), returning True stops the run. A non-finite loss or
+    gradient raises
     ``TrainingDivergedError`` (nothing diverged is saved). Under ``torchrun`` every process calls
     it (data parallel)."""
     cfg = train_config
@@ -284,12 +286,12 @@ def train(
                 record.update(_evaluate(model, train_data, val_data, cfg, ctx))
                 _log(record, say)
             history.append(record)
-            if saver.due(step):
-                saver.save(step, history, x, y)
+            # the callback sees the record before it is saved, so what it adds is saved with it
             stop = ctx.is_main and callback is not None and callback(record, model) is True
-            if broadcast_flag(stop, ctx):  # rank 0's callback stops every rank
-                if saver.last_saved != step:
-                    saver.save(step, history, x, y)
+            stop = broadcast_flag(stop, ctx)  # rank 0's callback stops every rank
+            if saver.due(step) or (stop and saver.last_saved != step):
+                saver.save(step, history, x, y)
+            if stop:
                 break
             bar.update(1)
             if step % cfg.log_interval == 0 or step == cfg.max_iters:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,11 +117,11 @@ def chat_model(recipe: ChatRecipe = CHAT_RECIPE) -> ChatModel:
     check_instance(recipe, ChatRecipe, "recipe")
     key = results_cache.key("book.chat_model", recipe_json(recipe))
     path = results_cache.folder() / f"chat-model-{key[:20]}"
-    with results_cache.lock(path):  # a second process waits for the first, then loads its model
-        return _load_or_train(recipe, path)
+    with results_cache.lock(path) as locked:  # a second process waits, then loads the model
+        return _load_or_train(recipe, path, locked)
 
 
-def _load_or_train(recipe: ChatRecipe, path: Path) -> ChatModel:
+def _load_or_train(recipe: ChatRecipe, path: Path, locked: bool) -> ChatModel:
     if path.exists():
         try:
             ckpt = load_checkpoint(path)
@@ -147,14 +145,8 @@ def _load_or_train(recipe: ChatRecipe, path: Path) -> ChatModel:
     history[-1].update(train_s=train_s, machine=machine)
     result = ChatModel(model.eval(), tokenizer, recipe, history, train_s, machine,
                        trained_now=True, path=path)
-    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
-    try:
-        result.save(tmp)
-        if path.exists():
-            shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)
-    except (OSError, CheckpointError):  # not cached: trained again next time
-        shutil.rmtree(tmp, ignore_errors=True)
+    # whole or not at all, one copy (killed saves' leftovers removed), a failure warns
+    results_cache.store_folder(path, result.save, "the chat model", clean=locked)
     return result
 
 

@@ -11,6 +11,10 @@ Entries live in ``results/`` of the data cache folder (``$TINYGPT_CACHE``, else
 place (a reader sees the old file or the new one, never half of one), and each JSON entry carries
 the SHA-256 of its content: a corrupt entry is reported and computed again, never used.
 
+``store_folder(path, save, what)`` puts a folder entry (a checkpoint) in place whole, and
+``prune(path)`` removes the older entries of the same name that earlier keys left (the newest
+``KEEP`` of a name stay), only ever entries this cache wrote, never one another process holds.
+
 ``cached(name, module, recipe, compute)`` is the whole round for a JSON result: found by its key,
 or computed and written. ``lock(path)`` is the lock every entry is read, or computed and
 written, under (a file beside it, ``.<name>.lock``): a second process that asks for the same
@@ -28,15 +32,18 @@ import importlib.metadata
 import json
 import os
 import re
+import secrets
+import shutil
 import stat
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from tinygpt import data
-from tinygpt.checkpoint.folder import CheckpointError, open_lock
+from tinygpt.checkpoint.folder import CheckpointError, fsync_dir, open_lock
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/tinygpt
 
@@ -182,9 +189,18 @@ def write_json(path: Path, content: Any) -> Path:
             raise IsADirectoryError(errno.EISDIR, "a folder is in its place", str(path))
         return data.write_atomically(json.dumps(raw, indent=1).encode("utf-8"), path)
     except OSError as err:
-        warnings.warn(f"cannot cache the result in {path} ({err.strerror or err}); it will be "
+        warnings.warn(f"cannot cache the result in {path} ({why_not(err, path)}); it will be "
                       "computed again next time", stacklevel=2)
         return path
+
+
+def why_not(err: OSError, path: Path) -> str:
+    """Why ``path`` could not be written, in words: a link (the entry, or a folder above it)
+    pointing at nothing is named as such, instead of ``[Errno 17] File exists``."""
+    for where in (Path(path), *Path(path).parents):
+        if where.is_symlink() and not where.exists():
+            return f"{where} is a link to {os.readlink(where)}, which does not exist"
+    return f"{err.strerror or err}{': ' + str(err.filename) if err.filename else ''}"
 
 
 def lock_path(path: Path) -> Path:
@@ -250,10 +266,102 @@ def cached(name: str, module: str, recipe: Any, compute: Callable[[], Any]) -> A
                         f"{type(compute).__name__}")
     path = folder() / f"{name}-{key(module, recipe)[:20]}.json"  # key: a clear error if not JSON
     recipe = json.loads(json.dumps(recipe))  # as it reads back: tuples are lists in JSON
-    with lock(path):
+    with lock(path) as locked:
         found = read_json(path)
         if isinstance(found, dict) and found.get("recipe") == recipe and "result" in found:
             return found["result"]
         result = json.loads(json.dumps(compute()))
-        write_json(path, {"recipe": recipe, "result": result})
+        if write_json(path, {"recipe": recipe, "result": result}).is_file() and locked:
+            prune(path)
         return result
+
+
+KEEP = 4  # entries of one name kept by prune: two recipes under one name, two versions of each
+ENTRY = re.compile(r"(?P<name>[a-z0-9]+(?:-[a-z0-9]+)*)-[0-9a-f]{20}(?P<json>\.json)?")
+
+
+def remove_entry(path: Path) -> None:
+    """Remove a folder of the cache (or a file or link in its place), as far as possible."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def prune(path: Path, keep: int = KEEP) -> list[Path]:
+    """Remove the entries of ``path``'s name (``<name>-<20 hex digits>`` and ``.json`` or a
+    folder, as this cache names them) but the ``keep`` newest, ``path`` always among them; an
+    entry whose lock another process holds is left. Returns what was removed. Nothing else in
+    the folder is touched: other names, other files, links' targets."""
+    path = Path(path)
+    mine = ENTRY.fullmatch(path.name)
+    if mine is None:
+        raise ValueError(f"{path.name!r} is not the name of a cache entry (<name>-<key>)")
+    try:
+        import fcntl
+    except ImportError:  # Windows: nothing is pruned
+        return []
+
+    def newest_first(entry: Path) -> float:
+        return -entry.lstat().st_mtime
+
+    try:
+        same = [e for e in path.parent.iterdir() if e != path and (m := ENTRY.fullmatch(e.name))
+                and m["name"] == mine["name"] and m["json"] == mine["json"]]
+        same.sort(key=newest_first)
+    except OSError:
+        return []
+    removed = []
+    for old in same[max(keep - 1, 0):]:
+        try:
+            fd = open_lock(lock_path(old))
+        except (OSError, CheckpointError):
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held elsewhere: being read, left
+            remove_entry(old)
+            removed.append(old)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def store_folder(path: Path, save: Callable[[Path], object], what: str, *,
+                 clean: bool = True) -> bool:
+    """Put the folder entry ``path`` in place whole: ``save(tmp)`` writes it into a new folder
+    beside it, which is then renamed onto ``path`` (replacing what is there, which is first
+    renamed away and removed); then older entries of its name are pruned. ``clean`` (the lock is
+    held): first remove what killed saves of ``path`` left beside it, so there is one copy, not
+    one per interrupted save. A failure (a full disk, a file or link that cannot be replaced)
+    warns, naming ``what`` and the path, leaves no temporary folder, and returns False; an
+    interrupt leaves none either and is raised."""
+    if clean:
+        leftover = re.compile(rf"\.{re.escape(path.name)}\.(tmp|old)-[0-9a-f]{{8}}")
+        with contextlib.suppress(OSError):
+            for entry in path.parent.iterdir():
+                if leftover.fullmatch(entry.name):
+                    remove_entry(entry)
+    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+    try:
+        save(tmp)
+        if path.exists() or path.is_symlink():
+            old = path.with_name(f".{path.name}.old-{secrets.token_hex(4)}")
+            os.replace(path, old)
+            remove_entry(old)
+        os.replace(tmp, path)
+        os.utime(path, (time.time(), time.time()), follow_symlinks=False)  # newest of its name
+        fsync_dir(path.parent)
+    except BaseException as err:  # an error or an interrupt: no temporary folder is left
+        remove_entry(tmp)
+        if not isinstance(err, (OSError, CheckpointError)):
+            raise
+        why = why_not(err, path) if isinstance(err, OSError) else str(err)
+        warnings.warn(f"could not cache {what} in {path} ({why}); it will be computed again "
+                      "next time", stacklevel=3)
+        return False
+    if clean:
+        prune(path)
+    return True

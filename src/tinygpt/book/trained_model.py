@@ -14,16 +14,19 @@ so it is there whole or not at all. Its lock (``results_cache.lock``: ``.book-mo
 beside it) makes a second process that asks for the same model wait for the first one and load
 what it stored. Where the cache cannot be written, the model is trained and returned, with a
 warning.
+
+While it trains (under the lock), the run is checkpointed every :data:`SAVE_EVERY` steps into its
+work folder ``.book-model-<key>.work`` beside the entry (``train``'s ``out_dir``). A training that
+was interrupted (a killed build, a closed laptop) is resumed from there by the next call, bit for
+bit (``train(..., resume=True)``), not started again; the work folder is removed once the entry is
+stored. It trains on as many threads as there are free cores (``runtime.free_threads``): a resumed
+run is bit-identical to an uninterrupted one on as many threads.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import re
-import secrets
-import shutil
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -36,10 +39,11 @@ from tinygpt import data
 from tinygpt.book import results_cache
 from tinygpt.book.scoring import score
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
-from tinygpt.checkpoint.folder import CheckpointError, fsync_dir
+from tinygpt.checkpoint.folder import MANIFEST, CheckpointError
 from tinygpt.checks import check_bool, check_float, check_instance, check_int
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
+from tinygpt.runtime import free_threads
 from tinygpt.sample import generate
 from tinygpt.tokenizer import CharTokenizer
 from tinygpt.train import Record, train
@@ -162,9 +166,21 @@ def book_model(recipe: Recipe = BOOK_RECIPE, *, progress: bool = True) -> BookMo
             except CheckpointError as err:
                 warnings.warn(f"the cached book model is corrupt ({err}); training it again",
                               stacklevel=2)
-        result = _train(recipe, path, progress)
+        work = work_folder(path) if locked else None  # unlocked: another process may train it
+        result = _train(recipe, path, progress, work)
         _store(result, path, clean=locked)
+        if work is not None:
+            results_cache.remove_entry(work)
         return result
+
+
+SAVE_EVERY = 300  # steps between the checkpoints of a cached model's training
+
+
+def work_folder(path: Path) -> Path:
+    """Where the training of the cache entry ``path`` is checkpointed: ``.<name>.work`` beside
+    it."""
+    return path.with_name(f".{path.name}.work")
 
 
 def _load(path: Path, recipe: Recipe) -> BookModel:
@@ -187,7 +203,10 @@ def _load(path: Path, recipe: Recipe) -> BookModel:
                      train_s, machine, trained_now=False, path=path)
 
 
-def _train(recipe: Recipe, path: Path, progress: bool) -> BookModel:
+def _train(recipe: Recipe, path: Path, progress: bool, work: Path | None) -> BookModel:
+    """Train ``recipe``'s model; with a ``work`` folder, checkpointed there every ``SAVE_EVERY``
+    steps and resumed from the checkpoint found there (one that cannot be resumed is reported
+    and the training starts again)."""
     tok, train_ids, val_ids = book_data(recipe.corpus)
     if tok.vocab_size != recipe.model.vocab_size:
         raise ValueError(f"the recipe's vocab_size is {recipe.model.vocab_size}, but the corpus "
@@ -200,17 +219,23 @@ def _train(recipe: Recipe, path: Path, progress: bool) -> BookModel:
                        generator=gen)
         return tok.decode(out[0, prompt.shape[1]:].tolist())
 
-    def at_step(record: Record, model: GPT) -> None:
-        if record["step"] in recipe.sample_at or record["step"] == recipe.train.max_iters:
+    start = time.perf_counter()
+    spent = [0.0]  # seconds the run this call resumes had trained until its checkpoint
+
+    def at_step(record: Record, model: GPT) -> None:  # runs before the step's checkpoint
+        step = record["step"]
+        if step in recipe.sample_at or step == recipe.train.max_iters:
             record["sample"] = write(model)
+        if step % SAVE_EVERY == 0 or step == recipe.train.max_iters:  # saved with the step
+            record["elapsed_s"] = spent[0] + time.perf_counter() - start
 
     torch.manual_seed(recipe.train.seed)
     model = GPT(recipe.model)
     first_sample = write(model) if 0 in recipe.sample_at else None  # untrained: step 0
-    start = time.perf_counter()
-    history = train(recipe.model, recipe.train, train_ids, val_ids, model=model,
-                    progress=progress, callback=at_step)
-    train_s = time.perf_counter() - start
+    with free_threads():
+        history = _train_resumably(recipe, model, train_ids, val_ids, tok, work, progress,
+                                   at_step, spent)
+    train_s = spent[0] + time.perf_counter() - start
     if first_sample is not None:
         history[0]["sample"] = first_sample
     last = history[-1]
@@ -222,38 +247,39 @@ def _train(recipe: Recipe, path: Path, progress: bool) -> BookModel:
                      train_s, last["machine"], trained_now=True, path=path)
 
 
-def _remove(path: Path) -> None:
-    """Remove a folder of the cache (or a file or link in its place), as far as possible."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(OSError):
-            path.unlink()
+def _train_resumably(recipe: Recipe, model: GPT, train_ids: torch.Tensor, val_ids: torch.Tensor,
+                     tok: CharTokenizer, work: Path | None, progress: bool, at_step: Any,
+                     spent: list[float]) -> list[Record]:
+    """``train`` the seeded ``model`` in place: resumed from ``work``'s checkpoint if it holds
+    one (``spent[0]``: the seconds its run had trained), else from the start, checkpointed into
+    ``work`` (emptied first)."""
+    if work is None:
+        return train(recipe.model, recipe.train, train_ids, val_ids, model=model,
+                     progress=progress, callback=at_step)
+    config = dataclasses.replace(recipe.train, save_every=SAVE_EVERY)  # the same steps
+    if (work / MANIFEST).is_file() and not work.is_symlink():
+        try:
+            spent[0] = float(load_checkpoint(work).history[-1].get("elapsed_s", 0.0))
+            return train(recipe.model, config, train_ids, val_ids, out_dir=work, tokenizer=tok,
+                         resume=True, model=model, progress=progress, callback=at_step)
+        except (CheckpointError, ValueError, IndexError, TypeError) as err:
+            warnings.warn(f"cannot resume the interrupted training in {work} ({err}); training "
+                          "from the start", stacklevel=4)
+            spent[0] = 0.0
+            torch.manual_seed(recipe.train.seed)
+            model.load_state_dict(GPT(recipe.model).state_dict())  # the seeded start again
+    results_cache.remove_entry(work)  # what a run killed before its first checkpoint left
+    return train(recipe.model, config, train_ids, val_ids, out_dir=work, tokenizer=tok,
+                 model=model, progress=progress, callback=at_step)
 
 
 def _store(result: BookModel, path: Path, clean: bool) -> None:
-    """Save into a new folder beside ``path``, then rename it into place (replacing a corrupt
-    copy, which is first renamed away and then removed); a failure only warns. ``clean`` (the
-    lock is held): first remove what killed saves of ``path`` left beside it."""
-    if clean:
-        leftover = re.compile(rf"\.{re.escape(path.name)}\.(tmp|old)-[0-9a-f]{{8}}")
-        for entry in path.parent.iterdir():
-            if leftover.fullmatch(entry.name):
-                _remove(entry)
-    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
-    try:
+    """Save the model as the entry ``path`` (``results_cache.store_folder``: whole or not at all,
+    a failure only warns; ``clean``, the lock held: killed saves' leftovers removed first, and
+    older entries of the name pruned after)."""
+    def save(tmp: Path) -> None:
         save_checkpoint(tmp, result.model, None, result.recipe.model, result.recipe.train,
                         result.recipe.train.max_iters, tokenizer=result.tokenizer,
                         history=result.history)
-        if path.exists() or path.is_symlink():
-            old = path.with_name(f".{path.name}.old-{secrets.token_hex(4)}")
-            os.replace(path, old)
-            _remove(old)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except BaseException as err:  # an error or an interrupt: no temporary folder is left
-        _remove(tmp)
-        if not isinstance(err, (OSError, CheckpointError)):
-            raise
-        warnings.warn(f"could not cache the book model in {path} ({err}); it will be trained "
-                      "again next time", stacklevel=3)
+
+    results_cache.store_folder(path, save, "the book model", clean=clean)

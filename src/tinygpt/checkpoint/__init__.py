@@ -128,7 +128,9 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
                     history: list[dict[str, Any]] | None = None) -> Path:
     """Write a checkpoint into the folder ``out_dir`` atomically, replacing tinygpt's previous one
     there (and nothing else); returns the path. Weights or optimizer state holding an inf or a
-    NaN are refused (``CheckpointError``), keeping the previous checkpoint.
+    NaN are refused (``CheckpointError``), keeping the previous checkpoint, and so is a model whose
+    tensors are not the ones ``model_config`` builds (a LoRA model never merged, another config),
+    naming the mismatch: a checkpoint no loader accepts is never made.
 
     ``rng_states``: name -> a torch generator state (``torch.get_rng_state()``,
     ``generator.get_state()``) or, under ``"python"``, ``random.getstate()``.
@@ -153,6 +155,13 @@ def save_checkpoint(out_dir: str | Path, model: GPT, optimizer: torch.optim.Opti
         raise CheckpointError(f"{out}: not saved: the tokenizer given {misfit}; give the model's "
                               "own")
     tensors, aliases = unique_tensors(model)
+    verify.check_dimensions(model_config, out, "not saved; the checkpoint already there is kept")
+    misfit = verify.layout_misfit(verify.tensor_layout(tensors), aliases,
+                                  verify.layout(model_config))
+    if misfit is not None:  # say, a LoRA model never merged: no loader could build it
+        raise CheckpointError(f"{out}: not saved: the model does not fit model_config ({misfit});"
+                              " the checkpoint already there is kept (merge LoRA adapters "
+                              "first: tinygpt.lora.merge_lora)")
     opt_tensors: dict[str, Tensor] = {}
     opt_json = None
     if optimizer is not None:

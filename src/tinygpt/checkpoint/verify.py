@@ -1,5 +1,7 @@
 """Checking a checkpoint's files before anything is allocated: the manifest (format, version,
-checksum), each file's size and SHA-256 against it, the layout a model config implies (built on
+checksum), the model config's dimensions (bounded, and matched against the shapes the weights
+file's header gives, before the config builds anything), each file's size and SHA-256 against
+it, the layout a model config implies (built on
 the meta device), safetensors headers against that layout and the file's length, finiteness of
 tensors, and RNG states. Used by ``tinygpt.checkpoint``; every problem raises ``CheckpointError``
 naming the file.
@@ -11,6 +13,7 @@ import hashlib
 import json
 import os
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +64,11 @@ def read_files(version: Path, files: dict[str, Any],
     # not what is open; the contents are read after the sizes are known to be sane.
     fds = {name: open_regular(version / name) for name in files}
     try:
+        check_dimensions(config, version.parent / MANIFEST)
+        peeked = peek_header(fds[MODEL_FILE], version / MODEL_FILE) if MODEL_FILE in fds \
+            else None
+        if peeked is not None:  # the header says what the model is: the config must agree
+            check_config_fits(config, peeked, version / MODEL_FILE)
         found = layout(config)  # sizes follow from it, before any read
         weights = sum(SIZES.get(dtype, 8) * numel(shape) for dtype, shape in found[0].values())
         limits = {MODEL_FILE: weights + 2**20, OPTIMIZER_FILE: 3 * weights + 2**20}
@@ -78,6 +86,94 @@ def read_files(version: Path, files: dict[str, Any],
         for fd in fds.values():  # those not read: an error came first
             os.close(fd)
     return blobs, found
+
+
+# The largest model config a checkpoint may hold, dimension by dimension: far beyond any model
+# tinygpt trains (GPT-2 XL: 48 blocks of width 1,600, context 1,024, 50,257 tokens), yet small
+# enough that the layout built from it, and the position tables that are not stored (RoPE's,
+# sinusoidal), fit in memory. An edited config beyond them is refused before it builds anything.
+MAX_DIMENSIONS = {"n_layer": 1024, "n_embd": 1 << 16, "n_head": 1 << 12,
+                  "block_size": 1 << 20, "vocab_size": 1 << 21, "mlp_hidden": 1 << 18}
+MAX_TABLE = 1 << 27  # elements of a position table, block_size x n_embd (512 MiB of float32)
+MAX_HEADER = 1 << 24  # bytes of a weights file's header (a million tensors' names and shapes)
+
+
+def check_dimensions(config: GPTConfig, where: Path,
+                     advice: str = "altered; load another checkpoint or train anew") -> None:
+    """Refuse a config with a dimension beyond ``MAX_DIMENSIONS``, or a position table of more
+    than ``MAX_TABLE`` elements, naming the field (``CheckpointError``: ``where``, the problem,
+    then ``advice``)."""
+    for name, most in MAX_DIMENSIONS.items():
+        value = getattr(config, name)
+        if value is not None and value > most:
+            raise CheckpointError(f"{where}: model_config.{name} is {value}, more than the "
+                                  f"{most} a tinygpt checkpoint may hold: {advice}")
+    if config.block_size * config.n_embd > MAX_TABLE:
+        raise CheckpointError(f"{where}: model_config.block_size x n_embd is "
+                              f"{config.block_size} x {config.n_embd}, a position table of more "
+                              f"than {MAX_TABLE} numbers: {advice}")
+
+
+def peek_header(fd: int, path: Path) -> Layout | None:
+    """``{name: (dtype, shape)}`` from the header of the safetensors file open as ``fd``, read
+    alone (at most ``MAX_HEADER`` bytes), its data not read; None if it cannot be read so (the
+    file's checksum and ``header`` then say what is wrong with it)."""
+    size = os.fstat(fd).st_size
+    n = int.from_bytes(os.pread(fd, 8, 0), "little") if size >= 8 else -1
+    if n < 0 or n > min(size - 8, MAX_HEADER):
+        return None
+    try:
+        return parse_header(os.pread(fd, n, 8), f"{path}: not a readable safetensors file")[0]
+    except CheckpointError:
+        return None
+
+
+def parse_header(raw: bytes, bad: str) -> tuple[Layout, list[tuple[int, int]]]:
+    """A safetensors header's tensors (name -> dtype and shape) and their byte spans, each
+    tensor's size checked against its dtype and shape; ``CheckpointError`` starting ``bad``."""
+    try:
+        header = json.loads(raw)
+        spans, out = [], {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            shape = tuple(int(s) for s in info["shape"])
+            begin, end = (int(o) for o in info["data_offsets"])
+            if min(shape, default=0) < 0 or end - begin != numel(shape) * SIZES[info["dtype"]]:
+                raise ValueError(f"tensor {name}: {end - begin} bytes for shape {list(shape)}")
+            spans.append((begin, end))
+            out[name] = (info["dtype"], shape)
+    except RecursionError:
+        raise CheckpointError(f"{bad} (its header is JSON nested too deeply)") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{bad} ({type(err).__name__}: {err})") from None
+    return out, spans
+
+
+def check_config_fits(config: GPTConfig, found: Layout, path: Path) -> None:
+    """Refuse a config the weights' shapes contradict -- the number of blocks, the token table
+    (``vocab_size`` x ``n_embd``), the learned position table (``block_size`` x ``n_embd``) --
+    before the config builds anything, naming the field and what the weights hold."""
+    shapes = {name: shape for name, (_, shape) in found.items()}
+    blocks = {int(m.group(1)) for name in shapes
+              if (m := re.match(r"transformer\.h\.(\d{1,9})\.", name))}
+    layers = max(blocks) + 1 if blocks else 0
+    wte, wpe = shapes.get("transformer.embed.wte.weight"), shapes.get(
+        "transformer.embed.wpe.weight")
+    problems = []
+    if layers != config.n_layer:
+        problems.append(f"n_layer is {config.n_layer}, the weights hold {layers} blocks")
+    if wte is not None and tuple(wte) != (config.vocab_size, config.n_embd):
+        problems.append(f"vocab_size x n_embd is {config.vocab_size} x {config.n_embd}, the "
+                        f"token table is {' x '.join(map(str, wte))}")
+    if config.positional == "learned" and wpe is not None and tuple(wpe) != (
+            config.block_size, config.n_embd):
+        problems.append(f"block_size x n_embd is {config.block_size} x {config.n_embd}, the "
+                        f"position table is {' x '.join(map(str, wpe))}")
+    if problems:
+        raise CheckpointError(f"{path}: the model config does not fit these weights: "
+                              f"{'; '.join(problems)}: altered; load another checkpoint or "
+                              "train anew")
 
 
 def non_finite(tensors: dict[str, Tensor]) -> str | None:
@@ -108,9 +204,7 @@ def layout(config: GPTConfig) -> tuple[Layout, dict[str, str]]:
     with torch.device("meta"):
         model = GPT(config)
     tensors, aliases = distinct_tensors(model)
-    found: Layout = {name: (DTYPES.get(t.dtype, str(t.dtype)), tuple(t.shape))
-                     for name, t in tensors.items()}
-    return found, aliases
+    return tensor_layout(tensors), aliases
 
 
 def numel(shape: tuple[int, ...]) -> int:
@@ -128,20 +222,7 @@ def header(data: bytes, path: Path) -> Layout:
     if len(data) < 8 or int.from_bytes(data[:8], "little") > len(data) - 8:
         raise CheckpointError(f"{bad} (header length beyond the file's {len(data)} bytes)")
     n = int.from_bytes(data[:8], "little")
-    try:
-        header = json.loads(data[8:8 + n])
-        spans, out = [], {}
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            shape = tuple(int(s) for s in info["shape"])
-            begin, end = (int(o) for o in info["data_offsets"])
-            if min(shape, default=0) < 0 or end - begin != numel(shape) * SIZES[info["dtype"]]:
-                raise ValueError(f"tensor {name}: {end - begin} bytes for shape {list(shape)}")
-            spans.append((begin, end))
-            out[name] = (info["dtype"], shape)
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise CheckpointError(f"{bad} ({type(err).__name__}: {err})") from None
+    out, spans = parse_header(data[8:8 + n], bad)
     edge = 0
     for begin, end in sorted(spans):
         if begin != edge:
@@ -165,19 +246,35 @@ def tensors(data: bytes, path: Path) -> dict[str, Tensor]:
     return tensors
 
 
-def check_model_file(data: bytes, path: Path, config: GPTConfig, aliases: Any,
-                      layout: tuple[Layout, dict[str, str]]) -> None:
+def layout_misfit(found: Layout, aliases: Any, layout: tuple[Layout, dict[str, str]]) -> str | None:
+    """How tensors ``found`` (name -> dtype and shape, with their ``aliases``) differ from the
+    ``layout`` a model config implies, in words; None if they are that layout."""
     expected, expected_aliases = layout
-    found = header(data, path)
     missing = sorted(set(expected) - set(found))
     extra = sorted(set(found) - set(expected))
-    if missing or extra or expected_aliases != aliases:
-        raise CheckpointError(f"{path}: its tensors do not match the model config {config}: "
-                              f"missing {missing[:5]}, unexpected {extra[:5]}")
+    if missing or extra:
+        return f"missing {missing[:5]}, unexpected {extra[:5]}"
+    if expected_aliases != aliases:
+        return f"shared tensors {aliases}, the config's {expected_aliases}"
     for name, (dtype, shape) in found.items():
         if (dtype, shape) != expected[name]:
-            raise CheckpointError(f"{path}: tensor {name} has shape {shape} ({dtype}), but "
-                                  f"the model config needs {expected[name][1]}")
+            return (f"tensor {name} has shape {shape} ({dtype}), but the model config needs "
+                    f"{expected[name][1]} ({expected[name][0]})")
+    return None
+
+
+def check_model_file(data: bytes, path: Path, config: GPTConfig, aliases: Any,
+                      layout: tuple[Layout, dict[str, str]]) -> None:
+    misfit = layout_misfit(header(data, path), aliases, layout)
+    if misfit is not None:
+        raise CheckpointError(f"{path}: its tensors do not match the model config {config}: "
+                              f"{misfit}")
+
+
+def tensor_layout(tensors: dict[str, Tensor]) -> Layout:
+    """``{name: (dtype, shape)}`` of tensors in memory, as a safetensors header says them."""
+    return {name: (DTYPES.get(t.dtype, str(t.dtype)), tuple(t.shape))
+            for name, t in tensors.items()}
 
 
 def check_optimizer_file(data: bytes, path: Path,

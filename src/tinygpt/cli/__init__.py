@@ -162,10 +162,15 @@ def parse_and_run(argv: list[str]) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if sys.stdout is None and args.command == "sample":  # started with stdout closed (>&-)
+        print("tinygpt: error: stdout is closed, so the samples could not be written anywhere; "
+              "run it with stdout open (a terminal, a file, a pipe)", file=sys.stderr)
+        return 2
     import_torch_holding_ctrl_c()
     try:
         code = args.run(args, argv)
-        sys.stdout.flush()  # a closed pipe shows here, not in Python's last flush at exit
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a closed pipe shows here, not in Python's last flush at exit
         return code
     except BrokenPipeError:
         raise

@@ -92,6 +92,10 @@ def configs_and_tokenizer(args: argparse.Namespace,
         raise ValueError(f"the checkpoint in {out} has {have}; resuming keeps it, so leave "
                          "--tokenizer and --vocab-size out")
     base = ckpt.train_config or TrainConfig(batch_size=CLI_DEFAULTS["batch_size"])
+    if "seed" in train_given and train_given["seed"] != base.seed:  # never used: RNGs restored
+        raise ValueError(f"--seed {train_given['seed']} contradicts the checkpoint in {out} "
+                         f"(seed={base.seed}): a resumed run continues its saved random states "
+                         "and would not use it; leave --seed out when resuming")
     train_config = dataclasses.replace(base, **train_given)
     if train_config.max_iters <= ckpt.step:
         raise ValueError(f"the checkpoint in {out} is at step {ckpt.step} already, the end of "

@@ -1,0 +1,50 @@
+"""The book's cached models and results, made ahead of the chapters: ``python -m
+tinygpt.book.models`` (``make models``, which ``make book`` and ``make test`` run first).
+
+Chapters 8, 12, 14 and 15 train models the first time they run (then load them from the results
+cache, ``tinygpt.book.results_cache``). On a slow or busy machine a training can take longer than
+a notebook cell is given, so the build trains them here first, outside any cell, each with a
+progress bar; an interrupted run resumes where its last checkpoint left it
+(``tinygpt.book.trained_model``), and one that is cached already is only loaded. It prints what
+each step took. It does not execute the chapters or decide what they show.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from tinygpt.book import chat_model, evaluations, ladder, preferences, trained_model
+
+
+def steps() -> list[tuple[str, Callable[[], object]]]:
+    """What the chapters load, in the order they need it (later steps load earlier ones)."""
+    return [
+        ("chapter 8: the book model", trained_model.book_model),
+        ("chapter 12: the modern model",
+         lambda: trained_model.book_model(trained_model.MODERN_RECIPE)),
+        *[(f"chapter 14: ladder rung {key}", lambda key=key: ladder.rung_loss(key))
+          for key in ladder.KEYS],
+        ("chapter 14: the multiple-choice ladder", evaluations.choice_ladder),
+        ("chapter 14: fine-tuning and LoRA", evaluations.genre_comparison),
+        ("chapter 15: the chat model", chat_model.chat_model),
+        ("chapter 15: the chat model's replies", chat_model.sft_comparison),
+        ("chapter 15: preference tuning", preferences.preference_comparison),
+    ]
+
+
+def main() -> int:
+    """Make (or load) every step's result; 0 when all are made."""
+    start = time.perf_counter()
+    for name, make in steps():
+        print(f"== {name}", flush=True)
+        t0 = time.perf_counter()
+        make()
+        print(f"== {name}: {time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"the book's models and results are cached ({time.perf_counter() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

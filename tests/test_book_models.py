@@ -1,0 +1,49 @@
+"""The build never fails for time: the cached models are made before the chapters, outside any
+cell (``python -m tinygpt.book.models``, ``make models``), and no cell has a timeout."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from tinygpt.book import models
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_step_is_made_once_in_order(monkeypatch, capsys):
+    made: list[str] = []
+    steps = [(name, lambda name=name: made.append(name)) for name in ("a", "b", "c")]
+    monkeypatch.setattr(models, "steps", lambda: steps)
+    assert models.main() == 0
+    assert made == ["a", "b", "c"]
+    out = capsys.readouterr().out
+    assert all(f"== {name}: " in out for name in made)
+
+
+def test_the_steps_cover_every_cached_model_the_chapters_make():
+    text = "\n".join("".join(c["source"]) for ch in sorted((ROOT / "chapters").glob("*.ipynb"))
+                     for c in json.loads(ch.read_text(encoding="utf-8"))["cells"]
+                     if c["cell_type"] == "code")
+    names = " ".join(name for name, _ in models.steps())
+    for call, step in [("book_model(", "the book model"),
+                       ("book_model(MODERN_RECIPE)", "the modern model"),
+                       ("choice_ladder(", "multiple-choice ladder"),
+                       ("genre_comparison(", "fine-tuning and LoRA"),
+                       ("chat_model.chat_model(", "the chat model"),
+                       ("sft_comparison(", "the chat model's replies"),
+                       ("preference_comparison(", "preference tuning")]:
+        assert call in text and step in names, call
+
+
+def test_make_book_makes_the_models_first_and_no_cell_times_out():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^book: setup models$", makefile, re.M)
+    assert re.search(r"^models: setup\n\t\$\(BIN\)/python -m tinygpt\.book\.models$",
+                     makefile, re.M)
+    assert "--nbval-cell-timeout=86400" in makefile
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert config["execute"]["timeout"] == -1  # nbclient: no timeout
