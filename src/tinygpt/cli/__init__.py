@@ -162,6 +162,11 @@ def parse_and_run(argv: list[str]) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if sys.stdout is None:  # started with stdout closed (>&-): nowhere to write the output
+        if sys.stderr is not None:
+            print(f"tinygpt: error: stdout is closed: tinygpt {args.command} writes its output "
+                  "there; give it a file, a pipe or a terminal", file=sys.stderr)
+        return 2
     import_torch_holding_ctrl_c()
     try:
         code = args.run(args, argv)
