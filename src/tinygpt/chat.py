@@ -308,12 +308,14 @@ def mean_reply_loss(model: GPT, tokenizer: CharTokenizer, conversations: Sequenc
 
 def fine_tune(model: GPT, tokenizer: CharTokenizer, conversations: Sequence[Conversation],
               config: TrainConfig, *, held_out: Sequence[Conversation] = (),
-              eval_every: int = 50) -> list[dict[str, float]]:
+              eval_every: int = 50,
+              callback: Callable[[dict[str, float]], object] | None = None
+              ) -> list[dict[str, float]]:
     """Supervised fine-tuning: ``config.max_iters`` AdamW steps (``lr_at``'s schedule) of
     ``reply_loss`` on batches of ``config.batch_size`` conversations drawn at random (seeded
     by ``config.seed``). Returns one record per step (``step``, ``lr``, ``loss``), with
     ``held_out_loss`` (``mean_reply_loss``) every ``eval_every`` steps, at the first and after
-    the last."""
+    the last. ``callback`` is given each step's record (a progress bar)."""
     check_instance(model, GPT, "model")
     if not has_chat_template(tokenizer):
         raise ValueError("the tokenizer has no chat template: make it with chat_tokenizer")
@@ -345,6 +347,8 @@ def fine_tune(model: GPT, tokenizer: CharTokenizer, conversations: Sequence[Conv
         optimizer.step()
         record.update(lr=lr, loss=loss.item())
         history.append(record)
+        if callback is not None:
+            callback(record)
     if held_out:
         history.append({"step": config.max_iters,
                         "held_out_loss": mean_reply_loss(model, tokenizer, held_out)})

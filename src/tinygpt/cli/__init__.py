@@ -27,6 +27,7 @@ from tinygpt.cli import preflight
 from tinygpt.cli.chat import add_chat
 from tinygpt.cli.evaluate import add_eval
 from tinygpt.cli.exercises import add_exercises
+from tinygpt.cli.finetune import add_finetune
 from tinygpt.cli.options import dataclass_options, name_options
 from tinygpt.cli.prepare import add_prepare
 from tinygpt.cli.sample import run_sample
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_exercises(commands, add_option)
     add_chat(commands, add_option)
     add_eval(commands, add_option)
+    add_finetune(commands, add_option)
     return parser
 
 
