@@ -88,13 +88,14 @@ def compression_bits(train: str, val: str) -> dict[str, float]:
     return out
 
 
-def encode(tokenizer: Any, text: str, where: str) -> list[int]:
-    """``text``'s ids; a character the tokenizer lacks is refused with its position."""
+def encode(tokenizer: Any, text: str, where: str, first: int = 0) -> list[int]:
+    """``text``'s ids; a character the tokenizer lacks is refused with its position in the
+    file (``text`` starts at its character ``first``, counted from 0)."""
     stoi = getattr(tokenizer, "stoi", None)
     if stoi is not None:
         bad = next((i for i, c in enumerate(text) if c not in stoi), None)
         if bad is not None:
-            raise ValueError(f"{where}: {text[bad]!r} (character {bad + 1}) is not in the "
+            raise ValueError(f"{where}: {text[bad]!r} (character {first + bad + 1}) is not in the "
                              "checkpoint's vocabulary; score it on text made of its characters")
     return list(tokenizer.encode(text))
 
@@ -121,7 +122,7 @@ def run_eval(args: argparse.Namespace, argv: list[str]) -> int:
     text, where = read_data(args.data)
     train, val = split_train_val(text, args.val_fraction) if args.split == "val" else ("", text)
     first = len(train)  # where the scored part starts in the text
-    ids = encode(ckpt.tokenizer, val, f"--data {args.data}, at character {first + 1} on")
+    ids = encode(ckpt.tokenizer, val, f"--data {args.data}", first)
     if len(ids) < 2:
         raise ValueError(f"--data {args.data}: the {args.split} part is {len(ids)} token(s); "
                          "a loss needs at least 2")

@@ -235,14 +235,19 @@ def run_finetune(args: argparse.Namespace, argv: list[str]) -> int:
     T = model.config.block_size
     if args.dpo is not None:
         pairs = read_pairs(args.dpo)
-        talks, said = fitted([p.conversation for p in pairs], known, T)
-        if len(talks) < len(pairs):
-            raise ValueError(f"--dpo {args.dpo}: {said}; shorten those pairs")
+
         def folded(reply: str) -> str:  # a reply in the model's characters, its ■ kept
             return fold(reply.removesuffix(chat.END), known).text + chat.END
 
-        examples: list[Any] = [dpo.Pair(c, folded(p.chosen), folded(p.rejected))
-                               for c, p in zip(talks, pairs)]
+        examples: list[Any] = []
+        for pair in pairs:  # one at a time: a pair that does not fit is left out
+            talk = fitted([pair.conversation], known, T)[0]
+            examples += [dpo.Pair(c, folded(pair.chosen), folded(pair.rejected)) for c in talk]
+        said = "" if len(examples) == len(pairs) else (
+            f"{len(pairs) - len(examples)} of {len(pairs)} pairs do not fit the context of {T} "
+            "and are left out")
+        if not examples:
+            raise ValueError(f"--dpo {args.dpo}: no pair fits this model ({said})")
     else:
         raw = (read_plays() if args.data == "plays" else read_conversations(args.data))
         examples, said = fitted(raw, known, T)
