@@ -306,11 +306,16 @@ def mean_reply_loss(model: GPT, tokenizer: CharTokenizer, conversations: Sequenc
     return total / count
 
 
+Progress = Callable[[dict[str, float]], object]  # given each step's record: a progress bar
+
+
+def ignore(record: dict[str, float]) -> None:
+    """The ``callback`` that does nothing."""
+
+
 def fine_tune(model: GPT, tokenizer: CharTokenizer, conversations: Sequence[Conversation],
               config: TrainConfig, *, held_out: Sequence[Conversation] = (),
-              eval_every: int = 50,
-              callback: Callable[[dict[str, float]], object] | None = None
-              ) -> list[dict[str, float]]:
+              eval_every: int = 50, callback: Progress = ignore) -> list[dict[str, float]]:
     """Supervised fine-tuning: ``config.max_iters`` AdamW steps (``lr_at``'s schedule) of
     ``reply_loss`` on batches of ``config.batch_size`` conversations drawn at random (seeded
     by ``config.seed``). Returns one record per step (``step``, ``lr``, ``loss``), with
@@ -347,8 +352,7 @@ def fine_tune(model: GPT, tokenizer: CharTokenizer, conversations: Sequence[Conv
         optimizer.step()
         record.update(lr=lr, loss=loss.item())
         history.append(record)
-        if callback is not None:
-            callback(record)
+        callback(record)
     if held_out:
         history.append({"step": config.max_iters,
                         "held_out_loss": mean_reply_loss(model, tokenizer, held_out)})

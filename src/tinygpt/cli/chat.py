@@ -13,7 +13,7 @@ it): ``--as``, else the replier the checkpoint was fine-tuned to answer as most 
 (``tinygpt.chat.trained_names``), else ``tinygpt.chat.DEFAULT_REPLIER``. The reader's text is
 checked before it reaches the template: a special token of the template is refused (it would
 forge a turn), a character the model does not know is mapped to its nearest known one or dropped
-(``tinygpt.fold``), and a speech longer than a turn holds is cut to its end; each is said in one
+(``tinygpt.cli.fold``), and a speech longer than a turn holds is cut to its end; each is said in one
 line on stderr, with positions counted in the reader's own text. The memory the session needs is
 estimated before the model is moved to ``--device``. The sampling options are those of
 ``tinygpt sample`` (``tinygpt.cli.sampling_options``).
@@ -130,8 +130,8 @@ def prepare(session: Any, text: str, first: int = 1, unread: int = 0) -> str:
     a note. Positions count from ``first`` (the character of the reader's text that
     ``text[0]`` is); ``unread``: the characters before ``text`` that were not kept (the end of
     a long input is all that is read)."""
-    from tinygpt import fold
     from tinygpt.chat import SPECIAL_TOKENS
+    from tinygpt.cli import fold
 
     forged = next((i for i, c in enumerate(text) if c in SPECIAL_TOKENS), None)
     if forged is not None:

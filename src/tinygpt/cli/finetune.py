@@ -12,7 +12,7 @@ and a pair whose reply cannot fit is skipped (said). ``--data plays`` takes the 
 conversations (``tinygpt.book.chat_model.conversations``: the plays wholly in the training
 text). A checkpoint without the template (a character-level model of ``tinygpt train``) is
 widened by the template's three tokens first (``tinygpt.chat.add_tokens``). Characters the
-model does not know are mapped or dropped (``tinygpt.fold``), said in one line.
+model does not know are mapped or dropped (``tinygpt.cli.fold``), said in one line.
 
 The preference file (``--dpo``) is JSON Lines too, one pair a line::
 
@@ -156,13 +156,13 @@ def read_pairs(path: str) -> list[Any]:
 
 
 def fitted(conversations: list[Any], known: set[str], block_size: int) -> tuple[list[Any], str]:
-    """The conversations in the model's characters (``tinygpt.fold``), each speech cut to its
+    """The conversations in the model's characters (``tinygpt.cli.fold``), each speech cut to its
     last words so that the whole conversation fits in ``block_size + 1`` tokens; those whose
     reply cannot fit are left out. Returns them and a line saying what was changed."""
     import dataclasses
 
     from tinygpt.chat import last_words, render
-    from tinygpt.fold import fold
+    from tinygpt.cli.fold import fold
 
     kept, changed, skipped = [], 0, 0
     for c in conversations:
@@ -195,8 +195,8 @@ def run_finetune(args: argparse.Namespace, argv: list[str]) -> int:
     from tinygpt import chat, dpo
     from tinygpt.checkpoint import load_checkpoint, save_checkpoint
     from tinygpt.checkpoint.folder import check_out_dir, claim
+    from tinygpt.cli.fold import fold
     from tinygpt.config import TrainConfig
-    from tinygpt.fold import fold
     from tinygpt.lora import add_lora, merge_lora
     from tinygpt.tokenizer import CharTokenizer
 

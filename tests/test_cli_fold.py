@@ -1,4 +1,4 @@
-"""``tinygpt.fold``: a reader's text mapped to the characters a model knows."""
+"""``tinygpt.cli.fold``: a reader's text mapped to the characters a model knows."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import string
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinygpt.fold import Change, describe, fold
+from tinygpt.cli.fold import Change, describe, fold
 
 PLAYS = set(string.ascii_letters + " ,.;:!?'-\n" + "2468")  # a vocabulary without 0 1 3 5 7 9
 
