@@ -62,7 +62,7 @@ def test_the_special_tokens_survive_a_checkpoint(checkpoints):
     assert not chat.has_chat_template(load_checkpoint(checkpoints[1]).tokenizer)
 
 
-@pytest.mark.parametrize("replier", [None, "FOOL"])
+@pytest.mark.parametrize("replier", [chat.DEFAULT_REPLIER, "FOOL"])
 def test_the_cache_across_turns_gives_the_replies_of_recomputing(replier):
     model = tiny_model(TOKENIZER.vocab_size)  # a context of 48: turns overflow it
     sessions = [chat.ChatSession(model, TOKENIZER, replier=replier, max_chars=30, seed=3,
@@ -73,8 +73,7 @@ def test_the_cache_across_turns_gives_the_replies_of_recomputing(replier):
     assert all(len(r) >= 1 for r in replies[0])
     cached = sessions[0]
     assert len(cached.ids) <= 48 and cached.fed <= len(cached.ids)
-    if replier is not None:
-        assert all(r.startswith("FOOL:\n") for r in replies[0])
+    assert all(r.startswith(f"{replier}:\n") for r in replies[0])
 
 
 def test_the_session_refuses_bad_input():
@@ -86,7 +85,7 @@ def test_the_session_refuses_bad_input():
         session.reply(f"a{chat.END}")
     with pytest.raises(ValueError, match="no chat template"):
         chat.ChatSession(tiny_model(BASE.vocab_size), BASE)
-    with pytest.raises(ValueError, match="not in the vocabulary"):
+    with pytest.raises(ValueError, match=r"replier 'ÉLODIE': 'É' .character 1. is not a char"):
         chat.ChatSession(model, TOKENIZER, replier="ÉLODIE")
     with pytest.raises(ValueError):
         chat.ChatSession(model, TOKENIZER, temperature=-1.0)
@@ -112,7 +111,9 @@ def test_a_pipe_gets_one_reply(checkpoints):
 @pytest.mark.parametrize(("checkpoint", "stdin", "message"), [
     (1, "Hello", "has no chat template: its tokenizer lacks the special tokens"),
     (0, "\n", "the input is empty"),
-    (0, "Élan", "is not in the vocabulary"),
+    (0, "Hail \u25b6OPHELIA:\nhi", "holds '\u25b6' at character 6, one of the chat template"),
+    (0, "\n\n  \u25a0", "holds '\u25a0' at character 5"),
+    (0, "\u20ac\u20ac", "nothing is left of the speech"),
 ])
 def test_the_command_reports_bad_input(checkpoints, checkpoint, stdin, message):
     out = run_chat(checkpoints[checkpoint], stdin=stdin)
@@ -193,12 +194,19 @@ def test_the_interactive_loop_at_a_terminal(checkpoints):
         os.write(controller, b"But soft\r")
         shown = read_until(controller, "ROMEO> ")
         assert "JULIET:" in shown and shown.rstrip().endswith("ROMEO>")
+        os.write(controller, b"/help\r")
+        assert "/clear forgets the conversation" in read_until(controller, "ROMEO> ")
+        os.write(controller, b"/clear\r")
+        assert "(a new conversation)" in read_until(controller, "ROMEO> ")
         os.write(controller, b"half a line")
         time.sleep(0.3)
         os.write(controller, b"\x03")  # Ctrl-C drops the line
         assert "^C" in read_until(controller, "ROMEO> ")
-        os.write(controller, b"a~b\r")  # an unknown character: said, and the loop goes on
-        assert "not in the vocabulary" in read_until(controller, "ROMEO> ")
+        os.write(controller, "a~b \u25b7\r".encode())  # a special token: refused, loop goes on
+        assert "holds '\u25b7' at character 5" in read_until(controller, "ROMEO> ")
+        os.write(controller, b"a~b\r")  # an unknown character: dropped, said, and answered
+        shown = read_until(controller, "ROMEO> ")
+        assert "dropped 1 ('~' at 2)" in shown and "JULIET:" in shown
         os.write(controller, b"\x04")  # Ctrl-D ends
         assert proc.wait(timeout=60) == 0
     finally:
@@ -206,3 +214,162 @@ def test_the_interactive_loop_at_a_terminal(checkpoints):
             proc.kill()
             proc.wait()
         os.close(controller)
+
+
+# --- the template is the program's; the reader's text and the model's are kept in their place --
+
+def biased(model: GPT, tokens: list[int], by: float = 60.0) -> GPT:
+    """``model`` whose logits of ``tokens`` are raised by ``by``: a model that would write them."""
+    forward = model.forward
+
+    def raised(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        logits = out[0] if isinstance(out, tuple) else out
+        logits[..., tokens] += by
+        return out
+
+    model.forward = raised  # type: ignore[method-assign]
+    return model
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_reply_never_opens_a_turn_nor_a_blank_line(use_cache):
+    stoi = TOKENIZER.stoi
+    model = biased(tiny_model(TOKENIZER.vocab_size, block_size=64),
+                   [stoi[chat.SPEECH], stoi[chat.REPLY], stoi["\n"]])
+    session = chat.ChatSession(model, TOKENIZER, max_chars=30, seed=1, use_cache=use_cache)
+    for speech in ["To be", "Speak", "Go"]:
+        reply = session.reply(speech).removeprefix(f"{chat.DEFAULT_REPLIER}:\n")
+        assert chat.SPEECH not in reply and chat.REPLY not in reply and "\n\n" not in reply
+        assert not reply.startswith("\n") and "\n" in reply  # the raised newline is written
+
+
+def test_only_the_end_token_ends_a_reply():
+    model = biased(tiny_model(TOKENIZER.vocab_size, block_size=64), [TOKENIZER.stoi[chat.END]])
+    session = chat.ChatSession(model, TOKENIZER, seed=0)
+    assert session.reply("Speak") == f"{chat.DEFAULT_REPLIER}:\n" and session.stop == "end"
+
+
+def test_a_padded_vocabulary_is_taken_and_its_pad_never_sampled():
+    model = biased(tiny_model(TOKENIZER.vocab_size + 6, block_size=64),
+                   list(range(TOKENIZER.vocab_size, TOKENIZER.vocab_size + 6)))
+    session = chat.ChatSession(model, TOKENIZER, max_chars=20, seed=0)
+    reply = session.reply("To be")
+    assert reply.startswith("HORATIO:\n") and all(i < TOKENIZER.vocab_size for i in session.ids)
+    with pytest.raises(ValueError, match=r"the tokenizer has .* tokens but the model only"):
+        chat.ChatSession(tiny_model(TOKENIZER.vocab_size - 1), TOKENIZER)
+
+
+def test_the_reply_streams_piece_by_piece():
+    session = chat.ChatSession(tiny_model(TOKENIZER.vocab_size), TOKENIZER, max_chars=15, seed=2)
+    pieces: list[str] = []
+    reply = session.reply("To be", on_text=pieces.append)
+    assert "".join(pieces) == reply and pieces[0] == "HORATIO:\n" and len(pieces) >= 2
+
+
+def test_a_long_speech_keeps_its_header_and_says_what_was_cut():
+    session = chat.ChatSession(tiny_model(TOKENIZER.vocab_size, block_size=64), TOKENIZER,
+                               max_chars=10, seed=0)
+    speech = "word " * 300 + "the end"
+    session.reply(speech)
+    head = TOKENIZER.encode(f"{chat.SPEECH}HAMLET:\n")
+    assert session.ids[:len(head)] == head  # the turn still opens with its speaker
+    kept = TOKENIZER.decode(session.ids).split("\n")[1]
+    assert kept.endswith("the end") and session.cut == len(speech) - len(kept) > 1000
+    assert len(kept) <= session.room and session.fit(kept) == kept
+
+
+def test_clear_forgets_the_conversation():
+    session = chat.ChatSession(tiny_model(TOKENIZER.vocab_size), TOKENIZER, max_chars=5, seed=0)
+    session.reply("To be")
+    session.clear()
+    assert session.ids == [] and session.fed == 0
+    session.reply("Go")
+    assert TOKENIZER.decode(session.ids).startswith(f"{chat.SPEECH}HAMLET:\nGo\n")
+
+
+def test_the_names_of_a_fine_tuning_are_the_chats_defaults():
+    talks = [chat.Conversation("ROMEO", "a", "JULIET", "b")] * 2 + [
+        chat.Conversation("A", "a", "B", "b")]
+    record = chat.names_record(talks, 7)
+    assert chat.trained_names([{"step": 1, "loss": 2.0}, record]) == ("ROMEO", "JULIET")
+    assert chat.trained_names([]) == (chat.DEFAULT_SPEAKER, chat.DEFAULT_REPLIER)
+    assert chat.trained_names([{chat.NAMES_KEY: {"speaker": 3}}]) == ("HAMLET", "HORATIO")
+
+
+def test_a_pipe_without_as_answers_as_a_trained_replier(checkpoints):
+    out = run_chat(checkpoints[0], "--max-chars", "10", stdin="To be\n")
+    assert out.returncode == 0 and out.stdout.startswith("HORATIO:\n"), out.stderr
+
+
+def test_a_pipe_maps_and_drops_what_the_model_cannot_hold(checkpoints):
+    out = run_chat(checkpoints[0], "--max-chars", "5",
+                   stdin="\n\u201cÉlan\u201d in 1603 \u20ac\n")
+    assert out.returncode == 0, out.stderr
+    note = out.stderr.strip()
+    assert len(note.splitlines()) == 1  # positions count the reader's first line break
+    assert note == ("tinygpt: note: characters this model does not know: mapped 4 ('\u201c' at "
+                    "2 -> \"'\", 'É' at 3 -> 'E', '\u201d' at 7 -> \"'\", '1603' at 12 -> 'one "
+                    "six nought three'); dropped 1 ('\u20ac' at 17)")
+
+
+def test_a_speech_longer_than_a_turn_is_cut_and_said(checkpoints):
+    out = run_chat(checkpoints[0], "--max-chars", "5", stdin="to be or not " * 242 + "\n")
+    assert out.returncode == 0, out.stderr
+    assert ("the speech is 3,146 characters, more than the 60 a turn holds in this model's "
+            "context of 128: only its last 59 are read") in out.stderr
+
+
+def test_a_large_pipe_is_read_in_bounded_memory():
+    from tinygpt.cli.chat import read_speech
+
+    class Endless(io.StringIO):
+        most = 0
+
+        def read(self, n=-1):
+            assert 0 < n <= 1 << 16  # never the whole input at once
+            return super().read(n)
+
+    stream = Endless("x" * 999_983 + "the end")
+    tail, total = read_speech(stream, 100, chunk=4096)
+    assert tail == ("x" * 999_983 + "the end")[-100:] and total == 999_990
+
+
+def test_ten_megabytes_from_a_pipe_say_what_was_kept(checkpoints, tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text("To be or not to be. " * 500_000)  # 10 MB
+    with big.open() as stdin:
+        out = subprocess.run([sys.executable, "-m", "tinygpt", "chat", str(checkpoints[0]),
+                              "--max-chars", "5"], stdin=stdin, capture_output=True, text=True,
+                             env=child_env(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "the speech is 10,000,000 characters, more than the 60" in out.stderr
+
+
+@pytest.mark.parametrize("closed", ["<&-", ">&-"])
+def test_a_closed_stdin_or_stdout_is_one_line(checkpoints, closed):
+    command = f'"{sys.executable}" -m tinygpt chat "{checkpoints[0]}" {closed}'
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=child_env(),
+                         timeout=120, stdin=subprocess.DEVNULL if closed == ">&-" else None)
+    what = "stdin" if closed == "<&-" else "stdout"
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith(f"tinygpt: error: {what} is closed")
+    assert len(out.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--as", "A:B"), "--as: replier must be a name on one line without ':'"),
+    (("--speaker", "R~O"), "--speaker: speaker 'R~O': '~' (character 2) is not a character"),
+    (("--as", "\u25b6X"), "--as: replier contains '\u25b6'"),
+])
+def test_a_bad_name_names_its_option(checkpoints, capsys, monkeypatch, args, message):
+    code, _, err = chat_in_process(capsys, monkeypatch, checkpoints[0], *args)
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err
+
+
+def test_the_memory_is_estimated_before_the_model_moves(checkpoints, capsys, monkeypatch):
+    from tinygpt.cli import preflight
+
+    monkeypatch.setattr(preflight, "available_memory", lambda device: 1000)
+    code, _, err = chat_in_process(capsys, monkeypatch, checkpoints[0])
+    assert code == 2 and "chatting needs about" in err and "has 1e+03 bytes available" in err, err

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -306,14 +306,21 @@ def mean_reply_loss(model: GPT, tokenizer: CharTokenizer, conversations: Sequenc
     return total / count
 
 
+Progress = Callable[[dict[str, float]], object]  # given each step's record: a progress bar
+
+
+def ignore(record: dict[str, float]) -> None:
+    """The ``callback`` that does nothing."""
+
+
 def fine_tune(model: GPT, tokenizer: CharTokenizer, conversations: Sequence[Conversation],
               config: TrainConfig, *, held_out: Sequence[Conversation] = (),
-              eval_every: int = 50) -> list[dict[str, float]]:
+              eval_every: int = 50, callback: Progress = ignore) -> list[dict[str, float]]:
     """Supervised fine-tuning: ``config.max_iters`` AdamW steps (``lr_at``'s schedule) of
     ``reply_loss`` on batches of ``config.batch_size`` conversations drawn at random (seeded
     by ``config.seed``). Returns one record per step (``step``, ``lr``, ``loss``), with
     ``held_out_loss`` (``mean_reply_loss``) every ``eval_every`` steps, at the first and after
-    the last."""
+    the last. ``callback`` is given each step's record (a progress bar)."""
     check_instance(model, GPT, "model")
     if not has_chat_template(tokenizer):
         raise ValueError("the tokenizer has no chat template: make it with chat_tokenizer")
@@ -345,6 +352,7 @@ def fine_tune(model: GPT, tokenizer: CharTokenizer, conversations: Sequence[Conv
         optimizer.step()
         record.update(lr=lr, loss=loss.item())
         history.append(record)
+        callback(record)
     if held_out:
         history.append({"step": config.max_iters,
                         "held_out_loss": mean_reply_loss(model, tokenizer, held_out)})
@@ -404,37 +412,53 @@ def describe(replies: Sequence[str]) -> dict[str, float]:
 
 # --- a conversation with a model, turn after turn ---------------------------------------------
 
+# The names ``ChatSession`` (and ``tinygpt chat``) use when none is given: the pair the book's
+# chat model was fine-tuned on most often with a replier it learned to answer as (56 of its
+# 10,083 training conversations are HAMLET's speeches answered by HORATIO). The replier's name
+# is always written by the program, never sampled: fine-tuning masks it, so a model never
+# learns to write it.
+DEFAULT_SPEAKER, DEFAULT_REPLIER = "HAMLET", "HORATIO"
+
+
 class ChatSession:
-    """Talk with a chat model: each ``reply(speech)`` adds ``▷SPEAKER:\\nspeech\\n▶`` (and the
-    replier's name, if one was asked for) to the conversation so far and samples the reply until
-    ``■`` or ``max_chars`` characters.
+    """Talk with a chat model: each ``reply(speech)`` adds ``▷SPEAKER:\\nspeech\\n▶REPLIER:\\n``
+    to the conversation so far and samples the reply until ``■``, ``max_chars`` characters or
+    the end of the context.
 
-    With ``use_cache`` the keys and values of every token already read stay in the model's
-    ``KVCache`` across turns: a new turn reads only its own tokens. The context holds
-    ``block_size`` tokens; when a turn would not fit with room for a reply (``reserve``
-    tokens, default ``MAX_REPLY`` or half the context), the oldest turns are dropped (the
-    context restarts at a later ``▷``) and the cache is rebuilt; a reply that fills the
-    context keeps its last half. Without the cache every
-    token reads the whole context again: the same replies, slower. The session runs on the
-    model's device (its random generator too)."""
+    The template is the program's: the replier's name is written into the prompt (the model
+    was trained with it there and never learned to write it), and while a reply is sampled the
+    model cannot write ``▷`` or ``▶`` (their logits are -inf), nor a blank line (which starts
+    another speaker's speech in the plays' text), nor a token past the tokenizer's (a padded
+    vocabulary): only ``■`` ends its turn, and it opens none.
 
-    def __init__(self, model: GPT, tokenizer: CharTokenizer, *, speaker: str = "HAMLET",
-                 replier: str | None = None, temperature: float = 0.8, top_k: int | None = None,
-                 top_p: float | None = None, max_chars: int = 200, seed: int = 0,
-                 use_cache: bool = True, reserve: int | None = None) -> None:
+    A speech is cut to its last words so that its turn's prompt leaves ``reserve`` tokens
+    (default ``MAX_REPLY`` or half the context) for the reply (``fit``; ``reply`` records the
+    characters cut in ``cut``); the reply stops where the context ends (``stop`` says why it
+    stopped: ``"end"``, ``"max_chars"`` or ``"context"``). With ``use_cache`` the keys and
+    values of every token already read stay in the model's ``KVCache`` across turns: a new turn
+    reads only its own tokens. When a turn would not fit after the earlier ones, the oldest
+    turns are dropped (the context restarts at a later ``▷``) and the cache is rebuilt. Without
+    the cache every token reads the whole context again: the same replies, slower. The session
+    runs on the model's device (its random generator too). ``clear()`` forgets the
+    conversation."""
+
+    def __init__(self, model: GPT, tokenizer: CharTokenizer, *, speaker: str = DEFAULT_SPEAKER,
+                 replier: str = DEFAULT_REPLIER, temperature: float = 0.8,
+                 top_k: int | None = None, top_p: float | None = None, max_chars: int = 200,
+                 seed: int = 0, use_cache: bool = True, reserve: int | None = None) -> None:
         from tinygpt.sample import check_sampling
 
         check_instance(model, GPT, "model")
         if not has_chat_template(tokenizer):
             raise ValueError("the tokenizer has no chat template (its characters do not include "
                              f"{' '.join(SPECIAL_TOKENS)}): the model was not fine-tuned to chat")
-        if tokenizer.vocab_size != model.config.vocab_size:
-            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens, the model "
-                             f"{model.config.vocab_size}")
-        self.speaker = check_name(speaker, "speaker")
-        self.replier = None if replier is None else check_name(replier, "replier")
-        for name in (speaker, replier or ""):
-            tokenizer.encode(name)  # a name in the vocabulary's characters, else a clear error
+        if tokenizer.vocab_size > model.config.vocab_size:
+            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model "
+                             f"only {model.config.vocab_size} rows of embedding: they were not "
+                             "saved together")
+        self.model, self.tokenizer, self.use_cache = model.eval(), tokenizer, use_cache
+        self.speaker = self.check_speaker(speaker, "speaker")
+        self.replier = self.check_speaker(replier, "replier")
         self.temperature = check_sampling(temperature=temperature, top_k=top_k, top_p=top_p,
                                           vocab_size=tokenizer.vocab_size)
         self.top_k, self.top_p = top_k, top_p
@@ -442,12 +466,52 @@ class ChatSession:
         T = model.config.block_size
         self.reserve = min(MAX_REPLY, T // 2) if reserve is None else check_int(
             reserve, "reserve", 1, T - 1)
-        self.model, self.tokenizer, self.use_cache = model.eval(), tokenizer, use_cache
         self.device = model.lm_head.weight.device  # the session runs where the model is
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.ids: list[int] = []  # the context: the conversation's latest tokens
+        # the logits a reply may never take: ▷ and ▶, and the rows of a padded vocabulary
+        banned = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+        banned[[tokenizer.stoi[SPEECH], tokenizer.stoi[REPLY]]] = True
+        banned[tokenizer.vocab_size:] = True
+        self.banned = banned.to(self.device)
+        self.newline = tokenizer.stoi.get("\n")
+        self.cut, self.stop = 0, ""
         self.caches = model.new_caches(1) if use_cache else None
+        self.clear()
+
+    def check_speaker(self, name: object, what: str) -> str:
+        """``name`` if it is a speaker's name (``check_name``) in the model's characters, whose
+        turn's prompt leaves room in the context for a speech and a reply."""
+        check_name(name, what)
+        assert isinstance(name, str)
+        unknown = next((c for c in name if c not in self.tokenizer.stoi), None)
+        if unknown is not None:
+            raise ValueError(f"{what} {name!r}: {unknown!r} (character {name.index(unknown) + 1}) "
+                             "is not a character this model knows")
+        if len(name) > self.model.config.block_size // 4:
+            raise ValueError(f"{what} {name!r} is {len(name)} characters; this model's context "
+                             f"of {self.model.config.block_size} takes names of at most "
+                             f"{self.model.config.block_size // 4}")
+        return name
+
+    @property
+    def room(self) -> int:
+        """The most characters of a speech that one turn can hold."""
+        head = len(prompt(self.speaker, "", self.replier))
+        return max(self.model.config.block_size - self.reserve - head, 1)
+
+    def fit(self, speech: str) -> str:
+        """The end of ``speech`` that fits in a turn (``room``): its last words, or its last
+        characters if its last word alone is longer."""
+        if len(speech) <= self.room:
+            return speech
+        return last_words(speech, self.room) or speech[len(speech) - self.room:]
+
+    def clear(self) -> None:
+        """Forget the conversation: the next turn starts a new one."""
+        self.ids: list[int] = []  # the context: the conversation's latest tokens
         self.fed = 0  # tokens of ``ids`` whose keys and values are in the caches
+        for cache in self.caches or []:
+            cache.reset()
 
     def _crop(self, keep: int) -> None:
         """Keep the last ``keep`` tokens of the context, from a ``▷`` if one is there."""
@@ -480,29 +544,74 @@ class ChatSession:
             logits = self.model(torch.tensor([self.ids[self.fed:]], device=self.device),
                                 caches=self.caches, last_only=True)
             self.fed = len(self.ids)
-        token = sample_next(logits[:, -1, :], self.temperature, self.top_k, self.top_p,
-                            self.generator)
+        banned = self.banned
+        if self.newline is not None and self.ids[-1] == self.newline:
+            banned = banned.clone()  # no blank line (the replier's name ends with a line break)
+            banned[self.newline] = True
+        logits = logits[:, -1, :].masked_fill(banned, float("-inf"))  # (1, V)
+        token = sample_next(logits, self.temperature, self.top_k, self.top_p, self.generator)
         return int(token.item())
 
     @torch.no_grad()
-    def reply(self, speech: str) -> str:
+    def reply(self, speech: str, on_text: Callable[[str], object] | None = None) -> str:
         """The model's reply to ``speech`` (said by ``speaker``): ``REPLIER:\\n`` and its text,
-        without ``■``. A speech with a character the model does not know is refused."""
-        head = prompt(self.speaker, check_plain(speech, "speech"), self.replier)
-        new = self.tokenizer.encode(head)  # ValueError for an unknown character
+        without ``■``; ``on_text`` is given each piece of text as soon as it is sampled (the
+        name first). A speech longer than a turn holds is cut (``fit``; ``cut`` says how many
+        characters); one with a character the model does not know is refused, its position
+        counted in ``speech``."""
+        check_plain(speech, "speech")
+        unknown = next((i for i, c in enumerate(speech) if c not in self.tokenizer.stoi), None)
+        if unknown is not None:
+            raise ValueError(f"the speech holds {speech[unknown]!r} (character {unknown + 1}), "
+                             "which is not in the vocabulary of this model")
+        kept = self.fit(speech)
+        self.cut = len(speech) - len(kept)
+        self.ids += self.tokenizer.encode(prompt(self.speaker, kept, self.replier))
         T = self.model.config.block_size
-        self.ids += new
         self._crop(T - self.reserve)
+        name = f"{self.replier}:\n"
+        if on_text is not None:
+            on_text(name)
         end, written = self.tokenizer.stoi[END], list[int]()
-        while len(written) < self.max_chars:
-            if len(self.ids) >= T:
-                self._crop(T // 2)
+        self.stop = "context"
+        while len(self.ids) < T:
+            if len(written) == self.max_chars:
+                self.stop = "max_chars"
+                break
             token = self._next_token()
             self.ids.append(token)
             if token == end:
+                self.stop = "end"
                 break
             written.append(token)
-        else:
+            if on_text is not None:
+                on_text(self.tokenizer.decode([token]))
+        if self.stop != "end":
             self.ids.append(end)  # the turn is closed for the next one
-        name = f"{self.replier}:\n" if self.replier is not None else ""
         return name + self.tokenizer.decode(written)
+
+
+NAMES_KEY = "chat_names"  # the history record of a fine-tuning: the names it trained most
+
+
+def names_record(conversations: Sequence[Conversation], step: int) -> dict[str, object]:
+    """The history record (``NAMES_KEY``) of the speaker and the replier of the conversations'
+    most frequent pair: the names a chat with the model defaults to (``trained_names``)."""
+    if not conversations:
+        raise ValueError("no conversations to name")
+    pairs: dict[tuple[str, str], int] = {}
+    for c in conversations:
+        pairs[c.speaker, c.replier] = pairs.get((c.speaker, c.replier), 0) + 1
+    speaker, replier = max(pairs, key=lambda p: pairs[p])  # the first of the most frequent
+    return {"step": step, NAMES_KEY: {"speaker": speaker, "replier": replier}}
+
+
+def trained_names(history: object) -> tuple[str, str]:
+    """``(speaker, replier)`` a checkpoint's history says it was fine-tuned on most (its last
+    ``NAMES_KEY`` record), else ``(DEFAULT_SPEAKER, DEFAULT_REPLIER)``."""
+    for record in reversed(history if isinstance(history, list) else []):
+        names = record.get(NAMES_KEY) if isinstance(record, dict) else None
+        if isinstance(names, dict) and all(isinstance(names.get(k), str)
+                                           for k in ("speaker", "replier")):
+            return names["speaker"], names["replier"]
+    return DEFAULT_SPEAKER, DEFAULT_REPLIER

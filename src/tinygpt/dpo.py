@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -164,7 +164,8 @@ def pair_accuracy(margins: Tensor) -> float:
 
 
 def train_dpo(policy: GPT, tokenizer: CharTokenizer, pairs: Sequence[Pair], config: TrainConfig,
-              beta: float) -> tuple[GPT, list[dict[str, float]]]:
+              beta: float, callback: Callable[[dict[str, float]], object] | None = None
+              ) -> tuple[GPT, list[dict[str, float]]]:
     """DPO from ``policy`` (changed in place; a frozen copy of it is the reference):
     ``config.max_iters`` AdamW steps on batches of ``config.batch_size`` pairs drawn at random
     (seeded by ``config.seed``). Returns the reference and one record per step, of the step's
@@ -173,7 +174,8 @@ def train_dpo(policy: GPT, tokenizer: CharTokenizer, pairs: Sequence[Pair], conf
     ½) and ``margin`` (the batch's mean). So step 0 records the reference itself: a loss of
     ``log 2``, every margin exactly 0 and an accuracy of ½ (the reference's log-probabilities are
     computed on the same batch, padded alike, as the policy's: computed once on all the pairs,
-    padded longer, they were rounded otherwise, and margins of about 1e-6 split the ties)."""
+    padded longer, they were rounded otherwise, and margins of about 1e-6 split the ties).
+    ``callback`` is given each record (a progress bar)."""
     check_instance(policy, GPT, "policy")
     if not has_chat_template(tokenizer):
         raise ValueError("the tokenizer has no chat template")
@@ -199,6 +201,8 @@ def train_dpo(policy: GPT, tokenizer: CharTokenizer, pairs: Sequence[Pair], conf
         margin = (pol_chosen - ref_chosen).detach() - (pol_rejected - ref_rejected).detach()
         history.append({"step": step, "lr": lr, "loss": loss.item(),  # before the update
                         "accuracy": pair_accuracy(margin), "margin": margin.mean().item()})
+        if callback is not None:
+            callback(history[-1])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.grad_clip > 0:

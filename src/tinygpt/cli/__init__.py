@@ -1,6 +1,6 @@
-"""The command line: ``tinygpt train``, ``tinygpt sample``, ``tinygpt prepare``, ``tinygpt
-exercises`` and ``tinygpt chat`` (also ``python -m tinygpt``), one module per command beside
-this one.
+"""The command line: ``tinygpt prepare``, ``train``, ``eval``, ``finetune``, ``sample``,
+``chat`` and ``exercises`` (also ``python -m tinygpt``), one module per command beside this
+one.
 
 It handles the parser and the exit codes: ``build_parser`` makes the commands (the model and
 training options come from ``GPTConfig`` and ``TrainConfig``, ``tinygpt.cli.options``), and
@@ -25,7 +25,9 @@ from typing import Any
 import tinygpt
 from tinygpt.cli import preflight
 from tinygpt.cli.chat import add_chat
+from tinygpt.cli.evaluate import add_eval
 from tinygpt.cli.exercises import add_exercises
+from tinygpt.cli.finetune import add_finetune
 from tinygpt.cli.options import dataclass_options, name_options
 from tinygpt.cli.prepare import add_prepare
 from tinygpt.cli.sample import run_sample
@@ -60,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "and sample from it.")
     parser.add_argument("--version", action="version", version=f"tinygpt {tinygpt.__version__}")
     commands = parser.add_subparsers(dest="command",
-                                     metavar="{train,sample,prepare,exercises,chat}")
+                                     metavar="{prepare,train,eval,finetune,sample,chat,exercises}")
     train = commands.add_parser("train", help="train a GPT on a text file or a corpus",
                                 description="Train a GPT and save its checkpoint in --out.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_prepare(commands, add_option)
     add_exercises(commands, add_option)
     add_chat(commands, add_option)
+    add_eval(commands, add_option)
+    add_finetune(commands, add_option)
     return parser
 
 
@@ -162,9 +166,10 @@ def parse_and_run(argv: list[str]) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    if sys.stdout is None and args.command == "sample":  # started with stdout closed (>&-)
-        print("tinygpt: error: stdout is closed, so the samples could not be written anywhere; "
-              "run it with stdout open (a terminal, a file, a pipe)", file=sys.stderr)
+    if sys.stdout is None:  # started with stdout closed (>&-): nowhere to write the output
+        if sys.stderr is not None:
+            print(f"tinygpt: error: stdout is closed: tinygpt {args.command} writes its output "
+                  "there; give it a file, a pipe or a terminal", file=sys.stderr)
         return 2
     import_torch_holding_ctrl_c()
     try:
