@@ -430,7 +430,8 @@ def stub_raises(x, dim=-1):
 
 @pytest.mark.parametrize("stub", [stub_ellipsis, stub_raises])
 def test_a_stub_is_not_implemented_yet(stub, capsys):
-    assert check("softmax", stub) is False
+    verdict = check("softmax", stub)
+    assert not verdict and verdict.passed is False
     out, err = capsys.readouterr()
     assert "not implemented yet" in out and "softmax(x: Tensor" in out
     assert "Traceback" not in out + err and err == ""
@@ -564,3 +565,15 @@ def test_the_command_reports_a_broken_file_or_a_bad_id(tmp_path, capsys):
     assert code == 2 and "no such file" in err
     code, _, err = run_cli(capsys, "exercises", "nope")
     assert code == 2 and "no exercise 'nope'" in err and "Traceback" not in err
+
+
+def test_a_verdict_is_its_outcome_and_shows_nothing_in_a_notebook(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    passed = check("softmax", EXERCISES["softmax"].reference)
+    assert passed and passed.passed is True
+    # What a notebook shows of a cell's last value is its formatted data: none for a Verdict
+    # (a kernel sends no result for empty data), while a plain bool shows "True".
+    formatter = InteractiveShell.instance().display_formatter
+    assert formatter.format(passed)[0] == {}
+    assert formatter.format(True)[0] == {"text/plain": "True"}

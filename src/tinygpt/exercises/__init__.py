@@ -70,12 +70,29 @@ def result(exercise_id: str, fn: object, time_limit: float | None = None) -> Res
     return grade(exercise(exercise_id), fn, time_limit)
 
 
-def check(exercise_id: str, fn: object) -> bool:
+class Verdict:
+    """Whether a check passed: true or false in an ``if``, and shown as nothing at the end of a
+    notebook cell, where the report printed above it has already said so."""
+
+    def __init__(self, passed: bool) -> None:
+        self.passed = passed
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __repr__(self) -> str:
+        return f"Verdict(passed={self.passed})"
+
+    def _ipython_display_(self) -> None:  # the report is the output; no bare True or False
+        pass
+
+
+def check(exercise_id: str, fn: object) -> Verdict:
     """Check your function ``fn`` for the exercise ``exercise_id``: print a short report and
-    return whether it passed (see the module's docstring)."""
+    return whether it passed (a ``Verdict``, true when it passed; see the module's docstring)."""
     outcome = result(exercise_id, fn)
     print(outcome.report)
-    return outcome.passed
+    return Verdict(outcome.passed)
 
 
 def list() -> builtins.list[Entry]:  # the name the book uses, exercises.list(); it shadows
