@@ -149,3 +149,35 @@ def test_bad_arguments_are_refused_by_name(kwargs, match):
     args = dict(model=small_gpt(), ids=torch.tensor([1, 2, 3]), block_size=8, lr=0.1) | kwargs
     with pytest.raises((ValueError, TypeError), match=match):
         dynamic_score(**args)
+
+
+def test_the_books_dynamic_evaluation_scores_both_models_and_is_cached(ladder_corpus,
+                                                                        monkeypatch):
+    from tinygpt.book import evaluations, trained_model
+
+    V = ladder_corpus.tokenizer.vocab_size
+    models, calls = {}, []
+
+    class Found:
+        def __init__(self, recipe):
+            torch.manual_seed(len(models))
+            self.model = models.setdefault(recipe.model.n_layer, GPT(GPTConfig(
+                vocab_size=V, block_size=recipe.model.block_size, n_layer=1, n_head=2,
+                n_embd=8, bias=False)))
+            self.val_loss = 2.0
+
+    def book_model(recipe, progress=True):
+        calls.append(recipe)
+        return Found(recipe)
+
+    monkeypatch.setattr(trained_model, "book_model", book_model)
+    first = evaluations.dynamic_evaluation()
+    assert [row["rung"] for row in first["rows"]] == ["book_model", "modern_model"]
+    val = torch.tensor(ladder_corpus.val)
+    for row, recipe in zip(first["rows"], calls):
+        model = models[recipe.model.n_layer]
+        expected = dynamic_score(model, val, recipe.model.block_size, evaluations.DYNAMIC_LR,
+                                 evaluations.DYNAMIC_OPTIMIZER)
+        assert row["dynamic"] == pytest.approx(expected.loss, rel=1e-6)
+        assert row["static"] == 2.0 and len(row["tenths"]) <= 10
+    assert evaluations.dynamic_evaluation() == first and len(calls) == 2  # read from the cache
