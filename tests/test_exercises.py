@@ -95,10 +95,37 @@ def adamw_step(param, grad, m, v, t, lr, beta1, beta2, eps, weight_decay):
     return param, m, v
 
 
+def dynamic_losses(model, chunks, lr):
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for x, y in chunks:
+        loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, model(x).shape[-1]),
+                                                 y.reshape(-1))
+        losses.append(loss.item())  # scored, then learned from
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return torch.tensor(losses)
+
+
+def dynamic_trained_first(model, chunks, lr):  # reads the answers before it is scored
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    out = []
+    for x, y in chunks:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+        optimizer.step()
+        with torch.no_grad():
+            out.append(torch.nn.functional.cross_entropy(model(x).flatten(0, 1),
+                                                         y.flatten()).item())
+    return torch.tensor(out)
+
+
 CORRECT = {"bpe_merge": merge, "cross_entropy": cross_entropy, "softmax": softmax,
            "causal_attention": attention, "layer_norm": layer_norm, "top_k_filter": top_k,
            "top_p_filter": top_p, "adamw_step": adamw_step,
-           "rope": lambda x, base=10000.0: rope_interleaved_to_halves(x, base)}
+           "rope": lambda x, base=10000.0: rope_interleaved_to_halves(x, base),
+           "dynamic_evaluation": dynamic_losses}
 
 
 def rope_interleaved_to_halves(x, base):  # Hugging Face's float32 angles, for any input
@@ -399,6 +426,8 @@ WRONG = [
     ("adamw_step", "l2-in-gradient", adamw_with(l2=True), "decoupled"),
     ("adamw_step", "eps-inside-sqrt", adamw_with(eps_inside=True), "after the square root"),
     ("adamw_step", "t-from-zero", adamw_with(t_from_zero=True), "counted from 1"),
+    ("dynamic_evaluation", "trained-before-scoring", dynamic_trained_first,
+     "trained before scoring"),
 ]
 
 

@@ -5,11 +5,13 @@ multiple-choice benchmark (``tinygpt.multiple_choice``), for each kind of cut.
 ``genre_comparison()`` classifies speeches by the kind of their play four ways
 (``tinygpt.genre``): naive Bayes on words, a linear probe on the frozen book model, full
 fine-tuning and LoRA, with each test speech's verdict so that methods can be compared pair by
-pair and by play (``tinygpt.significance``). Both are cached like the ladder
+pair and by play (``tinygpt.significance``). ``dynamic_evaluation()`` scores the book's model
+and the modern one by dynamic evaluation (``tinygpt.book.dynamic_eval``: learning from each
+window of the validation split once it is scored) beside their static loss. All are cached like the ladder
 (``tinygpt.book.results_cache``: keyed by their recipe and the source of the code), so a
-chapter shows them without training anything again; ``compute_choice_ladder`` and
-``compute_genre_comparison`` compute them afresh (the benchmarks in ``benchmarks/`` call these
-and record the machine beside them).
+chapter shows them without training anything again; ``compute_choice_ladder``,
+``compute_genre_comparison`` and ``compute_dynamic_evaluation`` compute them afresh (the
+benchmarks in ``benchmarks/`` call these and record the machine beside them).
 
 The accuracies depend only on the seeds; the seconds in ``genre_comparison`` on the machine
 that computed them (one torch thread).
@@ -27,6 +29,7 @@ import torch
 from tinygpt import genre, significance
 from tinygpt import multiple_choice as mc
 from tinygpt.book import ladder, results_cache, trained_model
+from tinygpt.book.dynamic_eval import dynamic_score
 from tinygpt.config import TrainConfig
 from tinygpt.lora import add_lora, trainable_parameters
 from tinygpt.model import GPT
@@ -39,6 +42,11 @@ GENRE_TRAIN = TrainConfig(batch_size=32, max_iters=300, learning_rate=1e-3, weig
                           seed=0)
 LORA_RANK = 8
 LORA_LEARNING_RATE = 3e-3  # LoRA's small factors take a larger step than full fine-tuning
+# Dynamic evaluation: one Adam step per window of the model's context, at a fixed learning rate
+# set before the book's models were measured (it was not tuned on the split it is scored on).
+DYNAMIC_OPTIMIZER, DYNAMIC_LR, DYNAMIC_WINDOWS = "adam", 3e-4, 1
+DYNAMIC = {"optimizer": DYNAMIC_OPTIMIZER, "lr": DYNAMIC_LR, "windows_per_chunk": DYNAMIC_WINDOWS}
+DYNAMIC_RUNGS = ("book_model", "modern_model")
 
 
 def rung_log_probs(key: str, train_ids: torch.Tensor, vocab_size: int) -> mc.LogProbs:
@@ -154,3 +162,32 @@ def genre_comparison() -> dict[str, Any]:
               "book_model": dataclasses.asdict(trained_model.BOOK_RECIPE)}
     return results_cache.cached("genre-comparison", "book.evaluations", recipe,
                                 compute_genre_comparison)
+
+
+def compute_dynamic_evaluation() -> dict[str, Any]:
+    """The book's model and the modern one (``DYNAMIC_RUNGS``, loaded from their cache or
+    trained) scored on the whole validation split by ``dynamic_score`` with ``DYNAMIC``'s
+    settings, one thread: each one's static and dynamic loss (nats per character), and the
+    dynamic loss over each tenth of the split. Minutes on 2 cores: a step for every window."""
+    rows = []
+    for key in DYNAMIC_RUNGS:
+        recipe = ladder.trained_recipe(key)
+        found = trained_model.book_model(recipe, progress=False)
+        _, _, val_ids = trained_model.book_data(recipe.corpus)
+        start = time.perf_counter()
+        with one_thread():
+            got = dynamic_score(found.model, val_ids, recipe.model.block_size, DYNAMIC_LR,
+                                DYNAMIC_OPTIMIZER, DYNAMIC_WINDOWS)
+        tenth = -(-len(got.chunk_losses) // 10)  # chunks in a tenth, rounded up
+        parts = [got.chunk_losses[i : i + tenth] for i in range(0, len(got.chunk_losses), tenth)]
+        rows.append({"rung": key, "static": found.val_loss, "dynamic": got.loss,
+                     "tenths": [sum(part) / len(part) for part in parts],
+                     "seconds": time.perf_counter() - start})
+    return {"settings": DYNAMIC, "rows": rows}
+
+
+def dynamic_evaluation() -> dict[str, Any]:
+    """``compute_dynamic_evaluation()``, from the cache or computed and cached."""
+    recipe = {**DYNAMIC, "rungs": [ladder.recipe(key) for key in DYNAMIC_RUNGS]}
+    return results_cache.cached("dynamic-evaluation", "book.evaluations", recipe,
+                                compute_dynamic_evaluation)

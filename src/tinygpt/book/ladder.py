@@ -14,11 +14,19 @@ parameter counts: the ladder shows what each model as built buys, not what more 
 
 The book's model and the modern one are trained and cached by ``tinygpt.book.trained_model``; this
 module only reads their losses. Drawing the table is the chapter's job.
+
+Beside the rungs stand standard compressors (``COMPRESSORS``, measured by
+``tinygpt.book.compression``): ``compression_ladder()`` gives each one's conditional code length of
+the same validation split given the training split, in nats and bits per character, cached the
+same way: keyed by the compressors' settings, the SHA-256 of both texts and the source of
+``tinygpt.book.compression`` (not of this module: a change to the training code does not measure
+the compressors again).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import time
 import warnings
@@ -30,6 +38,7 @@ import torch
 from torch import nn
 
 from tinygpt.book import results_cache, trained_model
+from tinygpt.book.compression import Compressor, code_length
 from tinygpt.book.scoring import score
 from tinygpt.checks import check_instance, check_int
 from tinygpt.config import GPTConfig, TrainConfig
@@ -250,3 +259,77 @@ def ladder(through: int | None = None) -> list[tuple[Rung, float]]:
         check_int(through, "through")
     return [(rung, rung_loss(rung.key)) for rung in RUNGS
             if through is None or rung.chapter <= through]
+
+
+@dataclass(frozen=True)
+class CompressorRung:
+    """A standard compressor beside the ladder: its key, the compressor, whether it reads the
+    training text first (``given_train``: its conditional code length of the validation text) or
+    the validation text alone, and a sentence saying what it models."""
+
+    key: str
+    compressor: Compressor
+    given_train: bool
+    models: str
+
+    @property
+    def title(self) -> str:
+        return self.compressor.title + ("" if self.given_train else ", validation text alone")
+
+
+COMPRESSORS: tuple[CompressorRung, ...] = (
+    CompressorRung("gzip", Compressor("gzip"), True,
+                   "Repeats of up to 258 bytes within the last 32 KiB read: of the training text "
+                   "it remembers only its end."),
+    CompressorRung("bzip2", Compressor("bzip2"), True,
+                   "Sorts blocks of 900 kB by what follows each byte (Burrows-Wheeler): a "
+                   "context model without probabilities."),
+    CompressorRung("xz", Compressor("xz"), True,
+                   "Repeats anywhere in an 8 MiB window (the whole training text), with "
+                   "probabilities for what is coded."),
+    CompressorRung("ppmd3", Compressor("ppmd", 3), True,
+                   "Counts of what followed each context of up to 3 bytes: a 4-gram model that "
+                   "keeps counting as it reads."),
+    CompressorRung("ppmd8", Compressor("ppmd", 8), True,
+                   "The same with contexts of up to 8 bytes, falling back to shorter ones for "
+                   "what a long context has not seen."),
+    CompressorRung("ppmd8_alone", Compressor("ppmd", 8), False,
+                   "PPMd order 8 with no training text: all it knows it learns while it reads "
+                   "the validation text."),
+)
+
+
+def book_texts(corpus: str = trained_model.BOOK_RECIPE.corpus) -> tuple[str, str]:
+    """The book's training and validation text: the split of ``trained_model.book_data`` (the
+    first 90% and the last 10% of the characters), decoded back to text."""
+    tok, train_ids, val_ids = trained_model.book_data(corpus)
+    return tok.decode(train_ids.tolist()), tok.decode(val_ids.tolist())
+
+
+def compression_recipe() -> dict[str, Any]:
+    """Everything that fixes ``compression_ladder()``'s numbers, as JSON: the key of its cache
+    entry (the texts by their SHA-256)."""
+    train_text, val_text = book_texts()
+    return {"corpus": trained_model.BOOK_RECIPE.corpus,
+            "train_sha256": hashlib.sha256(train_text.encode("utf-8")).hexdigest(),
+            "val_sha256": hashlib.sha256(val_text.encode("utf-8")).hexdigest(),
+            "compressors": [{"key": c.key, "given_train": c.given_train, **c.compressor.recipe()}
+                            for c in COMPRESSORS]}
+
+
+def compute_compression_ladder() -> list[dict[str, Any]]:
+    """Every compressor of ``COMPRESSORS`` measured afresh on the book's split (about a minute
+    and a half on one core: xz is the slowest): one ``CodeLength.to_json()`` each, with its key."""
+    train_text, val_text = book_texts()
+    return [{"key": c.key, **code_length(c.compressor, val_text,
+                                         train_text if c.given_train else "").to_json()}
+            for c in COMPRESSORS]
+
+
+def compression_ladder() -> list[tuple[CompressorRung, dict[str, Any]]]:
+    """Every compressor beside the ladder with its measurement (``nats_per_char``,
+    ``bits_per_char``, ``bits``, ``chars``, ...): from the cache, or measured and cached."""
+    found = results_cache.cached("compression-ladder", "book.compression", compression_recipe(),
+                                 compute_compression_ladder)
+    by_key = {row["key"]: row for row in found}
+    return [(c, by_key[c.key]) for c in COMPRESSORS]

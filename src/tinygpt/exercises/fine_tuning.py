@@ -1,5 +1,6 @@
-"""The exercises of chapter 14: a LoRA layer's output, and the Wilson interval of an accuracy.
-Graded against the package's own functions (``tinygpt.lora``, ``tinygpt.multiple_choice``).
+"""The exercises of chapter 14: a LoRA layer's output, the Wilson interval of an accuracy, and
+dynamic evaluation's score-then-learn loop. Graded against the package's own functions
+(``tinygpt.lora``, ``tinygpt.multiple_choice``, ``tinygpt.book.dynamic_eval``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tinygpt.book.dynamic_eval import read_and_learn
 from tinygpt.exercises.grading import Case, Exercise, Mistake
 from tinygpt.exercises.inputs import DTYPES, Draw
 from tinygpt.lora import LoRALinear
@@ -75,6 +77,53 @@ def wilson_with(successes: int, n: int, z: float, centre_shift: bool = True,
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def dynamic_cases() -> list[Case]:
+    """A table of next-character logits (an ``nn.Embedding(V, V)``: a bigram model) and a few
+    chunks of (inputs, targets) to read, at several learning rates."""
+    draw = Draw(1403)
+    cases = []
+    for i in range(16):
+        V, n_chunks = draw.integer(2, 7), draw.integer(1, 5) if i else 3
+        model = nn.Embedding(V, V)
+        with torch.no_grad():
+            model.weight.copy_(draw.normal(V, V))
+        chunks = []
+        for _ in range(n_chunks):
+            B, T = draw.integer(1, 2), draw.integer(1, 6)
+            text = torch.tensor(draw.ids(B * (T + 1), V)).view(B, T + 1)  # (B, T + 1)
+            chunks.append((text[:, :-1], text[:, 1:]))
+        lr = draw.choice([0.1, 0.5, 1.0, 3.0]) if i else 1.0
+        cases.append(Case((model, chunks, lr), note=f"V = {V}, {n_chunks} chunks, lr {lr:g}"))
+    return cases
+
+
+def dynamic_reference(model: nn.Module, chunks: list[tuple[Tensor, Tensor]], lr: float) -> Tensor:
+    """``read_and_learn`` with SGD at ``lr``: each chunk's mean loss as scored."""
+    scored = read_and_learn(model, chunks, torch.optim.SGD(model.parameters(), lr=lr))
+    return torch.tensor([total / y.numel() for total, (_, y) in zip(scored, chunks)])
+
+
+def dynamic_with(score_first: bool = True, learn: bool = True, zero_grad: bool = True,
+                 mean: bool = True):
+    """The loop with one thing wrong: the step before the score, no step, gradients that add up
+    across chunks, or a step on the summed loss."""
+    def loop(model: nn.Module, chunks: list[tuple[Tensor, Tensor]], lr: float) -> Tensor:
+        optimizer, losses = torch.optim.SGD(model.parameters(), lr=lr), []
+        for x, y in chunks:
+            if score_first:
+                losses.append(F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item())
+            if learn:
+                if zero_grad:
+                    optimizer.zero_grad()
+                F.cross_entropy(model(x).flatten(0, 1), y.flatten(),
+                                reduction="mean" if mean else "sum").backward()
+                optimizer.step()
+            if not score_first:
+                losses.append(F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item())
+        return torch.tensor(losses)
+    return loop
+
+
 EXERCISES = [
     Exercise(
         "lora_forward", 14, "lora_forward",
@@ -104,5 +153,22 @@ EXERCISES = [
             Mistake("the half-width has two terms under the root, p (1 - p) / n + z^2 / 4n^2, "
                     "and is divided by 1 + z^2 / n",
                     lambda s, n, z: wilson_with(s, n, z, width_term=False)),
+        )),
+    Exercise(
+        "dynamic_evaluation", 14, "dynamic_losses",
+        "dynamic_losses(model: nn.Module mapping (B, T) ids to (B, T, V) logits, chunks: list "
+        "of (x, y) id tensors (B, T), lr: float) -> Tensor (len(chunks),)",
+        "for each chunk in order, its mean cross-entropy (nats per token), then one SGD step "
+        "(lr) on that loss: the loss of each chunk as read before learning from it",
+        dynamic_reference, dynamic_cases, names=("model", "chunks", "lr"), mistakes=(
+            Mistake("trained before scoring: score each chunk first, then take the step on it; "
+                    "a model that has trained on a chunk has read its answers",
+                    dynamic_with(score_first=False)),
+            Mistake("the model never learns: after scoring a chunk, take an SGD step on its loss "
+                    "(backward, then optimizer.step())", dynamic_with(learn=False)),
+            Mistake("the gradients add up across chunks: zero them (optimizer.zero_grad()) before "
+                    "each backward", dynamic_with(zero_grad=False)),
+            Mistake("take the step on the chunk's mean loss (cross_entropy's default), not on its "
+                    "sum", dynamic_with(mean=False)),
         )),
 ]

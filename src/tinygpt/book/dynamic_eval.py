@@ -1,0 +1,122 @@
+"""Dynamic evaluation: a model that keeps learning while it reads the validation text, scored
+honestly.
+
+A compressor such as PPMd keeps counting as it reads, so new plays' names cost it less the second
+time they appear. A network can do the same (dynamic evaluation, Krause et al., 2018): read the
+validation split in consecutive chunks and, for each chunk, first **score** it (its loss over
+every prediction in it is added to the total), then take one optimizer **step** on that same
+loss, and go on. Every prediction is then made by a model that has trained only on text before
+it: the score is honest, the loss on what is read next. Training on a chunk before scoring it
+would be reading the answers first.
+
+``dynamic_score(model, ids, block_size, lr)`` reads ``ids`` in the windows
+``tinygpt.book.scoring.score`` reads (consecutive windows of ``block_size``; ``windows``
+windows a chunk) and returns the mean loss, in nats per token, over the same predictions: with
+``lr = 0`` it is ``score``'s loss. The update is the plain one: SGD (or Adam) at a fixed ``lr``
+on the chunk's mean loss, in eval mode (no dropout). Krause et al.'s refinements -- an update
+scaled by the gradients' RMS over the training set, and a decay of the weights back towards the
+trained ones -- are left out. The model is copied first: the caller's model (the book's cached
+one, say) is not changed. ``read_and_learn`` is the loop itself, for any chunks and optimizer.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tinygpt.checks import check_choice, check_float, check_ids, check_instance, check_int
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+def chunk_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """The summed cross-entropy of ``model``'s predictions of ``y`` (B, T) from ``x`` (B, T)."""
+    out = model(x)
+    logits = out[0] if isinstance(out, tuple) else out  # (B, T, V); a GPT returns (logits, loss)
+    return F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum")
+
+
+def read_and_learn(model: nn.Module, chunks: Sequence[tuple[Tensor, Tensor]],
+                   optimizer: torch.optim.Optimizer,
+                   on_read: Callable[[int], None] | None = None) -> list[float]:
+    """For each chunk ``(x, y)`` in order: score it (the summed loss of its predictions, taken
+    before anything is learned from it), then one step of ``optimizer`` on its mean loss.
+    Returns each chunk's summed loss, as scored. ``on_read(i)``, if given, is called after chunk
+    ``i`` is scored and before the step on it. ``model`` is trained in place, in eval mode."""
+    model.eval()  # no dropout: the model that is scored is the one that learns
+    scored = []
+    for i, (x, y) in enumerate(chunks):
+        optimizer.zero_grad(set_to_none=True)
+        total = chunk_loss(model, x, y)  # scored first ...
+        scored.append(total.item())
+        if on_read is not None:
+            on_read(i)
+        (total / y.numel()).backward()  # ... then learned from
+        optimizer.step()
+    return scored
+
+
+def windows(ids: Tensor, block_size: int, per_chunk: int) -> list[tuple[Tensor, Tensor]]:
+    """``ids`` (N,) as the chunks ``dynamic_score`` reads: ``per_chunk`` consecutive windows of
+    ``block_size`` inputs and their next tokens each, ``(x, y)`` of shape (W, T), the last window
+    shorter if ``N - 1`` is not a multiple of ``block_size`` (it is a chunk of its own)."""
+    n = len(ids) - 1  # predictions: ids[t] -> ids[t + 1]
+    full = n // block_size * block_size
+    x = ids[:full].view(-1, block_size)  # (N // T, T)
+    y = ids[1 : full + 1].view(-1, block_size)
+    chunks = [(x[i : i + per_chunk], y[i : i + per_chunk]) for i in range(0, len(x), per_chunk)]
+    if full < n:
+        chunks.append((ids[full:n][None], ids[full + 1 : n + 1][None]))
+    return chunks
+
+
+@dataclass(frozen=True)
+class DynamicScore:
+    """What ``dynamic_score`` measured: ``loss``, the mean loss (nats per token) over every
+    prediction, each scored before the model learned from it; ``chunk_losses``, each chunk's
+    mean loss in reading order; the settings it ran with."""
+
+    loss: float
+    chunk_losses: list[float]
+    predictions: int
+    lr: float
+    optimizer: str
+    block_size: int
+    windows: int
+
+
+def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
+                  optimizer: str = "sgd", windows_per_chunk: int = 1) -> DynamicScore:
+    """Dynamic evaluation of ``model`` on ``ids`` (1-D, at least 2): each chunk of
+    ``windows_per_chunk`` windows of ``block_size`` scored, then one step of ``optimizer``
+    (``sgd`` or ``adam``) at ``lr`` on it; on a copy of ``model`` (the model is not changed).
+    ``block_size`` may not exceed a GPT's context; the chunks go to the model's device."""
+    check_instance(model, nn.Module, "model")
+    check_int(block_size, "block_size")
+    check_float(lr, "lr", 0)
+    check_choice(optimizer, "optimizer", OPTIMIZERS)
+    check_int(windows_per_chunk, "windows_per_chunk")
+    config = getattr(model, "config", None)
+    limit = getattr(config, "block_size", None)
+    if limit is not None and block_size > limit:
+        raise ValueError(f"block_size={block_size} exceeds the model's context length {limit}")
+    check_ids(ids, getattr(config, "vocab_size", None) or sys.maxsize)
+    if len(ids) < 2:
+        raise ValueError(f"dynamic_score needs at least 2 tokens (one prediction), got {len(ids)}")
+    learner = copy.deepcopy(model)
+    device = next(learner.parameters(), torch.empty(0)).device
+    ids = torch.as_tensor(ids, dtype=torch.long).to(device)  # (N,)
+    chunks = windows(ids, block_size, windows_per_chunk)
+    params = [p for p in learner.parameters() if p.requires_grad]
+    step: torch.optim.Optimizer = (torch.optim.SGD(params, lr=lr) if optimizer == "sgd"
+                                   else torch.optim.Adam(params, lr=lr))
+    scored = read_and_learn(learner, chunks, step)
+    sizes = [y.numel() for _, y in chunks]
+    return DynamicScore(sum(scored) / sum(sizes), [s / n for s, n in zip(scored, sizes)],
+                        sum(sizes), float(lr), optimizer, block_size, windows_per_chunk)
