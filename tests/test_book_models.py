@@ -33,6 +33,8 @@ def test_the_steps_cover_every_cached_model_the_chapters_make():
                        ("book_model(MODERN_RECIPE)", "the modern model"),
                        ("choice_ladder(", "multiple-choice ladder"),
                        ("genre_comparison(", "fine-tuning and LoRA"),
+                       ("compression_ladder(", "the compressors"),
+                       ("dynamic_evaluation(", "dynamic evaluation"),
                        ("chat_model.chat_model(", "the chat model"),
                        ("sft_comparison(", "the chat model's replies"),
                        ("preference_comparison(", "preference tuning")]:

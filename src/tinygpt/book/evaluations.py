@@ -7,9 +7,9 @@ multiple-choice benchmark (``tinygpt.multiple_choice``), for each kind of cut.
 fine-tuning and LoRA, with each test speech's verdict so that methods can be compared pair by
 pair and by play (``tinygpt.significance``). ``dynamic_evaluation()`` scores the book's model
 and the modern one by dynamic evaluation (``tinygpt.book.dynamic_eval``: learning from each
-window of the validation split once it is scored) beside their static loss. All are cached like the ladder
-(``tinygpt.book.results_cache``: keyed by their recipe and the source of the code), so a
-chapter shows them without training anything again; ``compute_choice_ladder``,
+window of the validation split once it is scored) beside their static loss. All are cached
+like the ladder (``tinygpt.book.results_cache``: keyed by their recipe and the source of the
+code), so a chapter shows them without training anything again; ``compute_choice_ladder``,
 ``compute_genre_comparison`` and ``compute_dynamic_evaluation`` compute them afresh (the
 benchmarks in ``benchmarks/`` call these and record the machine beside them).
 

@@ -26,8 +26,10 @@ def steps() -> list[tuple[str, Callable[[], object]]]:
          lambda: trained_model.book_model(trained_model.MODERN_RECIPE)),
         *[(f"chapter 14: ladder rung {key}", lambda key=key: ladder.rung_loss(key))
           for key in ladder.KEYS],
+        ("chapters 8 and 14: the compressors", ladder.compression_ladder),
         ("chapter 14: the multiple-choice ladder", evaluations.choice_ladder),
         ("chapter 14: fine-tuning and LoRA", evaluations.genre_comparison),
+        ("chapter 14: dynamic evaluation", evaluations.dynamic_evaluation),
         ("chapter 15: the chat model", chat_model.chat_model),
         ("chapter 15: the chat model's replies", chat_model.sft_comparison),
         ("chapter 15: preference tuning", preferences.preference_comparison),
