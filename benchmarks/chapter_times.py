@@ -2,13 +2,15 @@
 
 Every committed notebook was executed top to bottom, and Jupyter wrote into each code cell the
 moments its execution started and ended. The sum over a notebook's cells is the time the
-chapter took when it was committed: for chapters 8, 12, 14 and 15 that run trained the book's
-cached models from a cold cache (the *first* run of a reader's). ``--warm`` runs those chapters
-again, into a scratch folder, with their models now cached: the time of every later run.
+chapter took when it was committed, with the book's models already cached: ``make models``
+(``python -m tinygpt.book.models``) trains them first, and its log (``--models-log``) gives
+the time of each, which a reader's first run of chapters 8, 12, 14 and 15 adds once.
 
-    python benchmarks/chapter_times.py            # print the table from the committed notebooks
-    python benchmarks/chapter_times.py --warm --out benchmarks/results/chapter_times.json
-    python benchmarks/chapter_times.py --readme   # rewrite README.md's table from the record
+    python -m tinygpt.book.models | tee models.log    # from a cold cache
+    (execute the chapters)
+    python benchmarks/chapter_times.py --models-log models.log \
+        --out benchmarks/results/chapter_times.json
+    python benchmarks/chapter_times.py --readme   # rewrite README.md's tables from the record
 
 The README's table (between ``<!-- chapter-times -->`` and ``<!-- /chapter-times -->``) is
 written from the committed record; ``tests/test_bench_chapter_times.py`` checks that the record
@@ -23,16 +25,12 @@ import json
 import os
 import platform
 import re
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "benchmarks" / "results" / "chapter_times.json"
 README = ROOT / "README.md"
-TRAINING = ("08_training", "12_modern", "14_finetuning", "15_chat")  # train cached models
 BEGIN, END = "<!-- chapter-times -->", "<!-- /chapter-times -->"
 
 
@@ -56,22 +54,18 @@ def chapters() -> list[Path]:
     return sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
 
 
-def warm_seconds(notebook: Path) -> float:
-    """Execute ``notebook`` into a scratch copy (its models cached by now) and time it."""
-    with tempfile.TemporaryDirectory() as scratch:
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook",
-                        "--execute", "--ExecutePreprocessor.timeout=-1", "--output-dir",
-                        scratch, str(notebook)], check=True, capture_output=True)
-        return time.perf_counter() - start
+def model_seconds(log: str) -> dict[str, float]:
+    """The seconds of each step of ``make models``, from its log's ``== NAME: S s`` lines."""
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r"^== (.+): (\d+) s$", log, re.M)}
 
 
 def table(record: dict) -> str:
-    """The README's table of chapter times, from ``record``."""
-    lines = ["| chapter | first run (s) | later runs (s) |", "|---|---:|---:|"]
-    for name, row in record["chapters"].items():
-        warm = f"{row['warm']:.0f}" if "warm" in row else "same"
-        lines.append(f"| {name} | {row['recorded']:.0f} | {warm} |")
+    """The README's tables of chapter and model times, from ``record``."""
+    lines = ["| chapter | seconds, its models cached |", "|---|---:|"]
+    lines += [f"| {name} | {row['recorded']:.0f} |" for name, row in record["chapters"].items()]
+    lines += ["", "| made once by `make models` | seconds |", "|---|---:|"]
+    lines += [f"| {name} | {seconds:.0f} |" for name, seconds in record["models"].items()]
     return "\n".join(lines)
 
 
@@ -86,8 +80,8 @@ def rewrite_readme(record: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--warm", action="store_true",
-                        help="also run the chapters that train, with their models cached")
+    parser.add_argument("--models-log", type=Path, default=None,
+                        help="the log of `python -m tinygpt.book.models` from a cold cache")
     parser.add_argument("--out", type=Path, default=None, help="write the record here (JSON)")
     parser.add_argument("--readme", action="store_true",
                         help="rewrite README.md's table from the committed record")
@@ -98,14 +92,12 @@ def main() -> None:
     record: dict = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
                     "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, "
                                f"Python {platform.python_version()}",
-                    "load_before": round(os.getloadavg()[0], 2), "chapters": {}}
+                    "chapters": {}, "models": {}}
     for notebook in chapters():
-        row = {"recorded": round(recorded_seconds(notebook), 1)}
-        if args.warm and notebook.stem in TRAINING:
-            row["warm"] = round(warm_seconds(notebook), 1)
-        record["chapters"][notebook.stem] = row
-        print(notebook.stem, row)
-    record["load_after"] = round(os.getloadavg()[0], 2)
+        record["chapters"][notebook.stem] = {"recorded": round(recorded_seconds(notebook), 1)}
+        print(notebook.stem, record["chapters"][notebook.stem])
+    if args.models_log:
+        record["models"] = model_seconds(args.models_log.read_text(encoding="utf-8"))
     if args.out:
         args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
