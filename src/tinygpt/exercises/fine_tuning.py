@@ -160,7 +160,9 @@ EXERCISES = [
         "of (x, y) id tensors (B, T), lr: float) -> Tensor (len(chunks),)",
         "for each chunk in order, its mean cross-entropy (nats per token), then one SGD step "
         "(lr) on that loss: the loss of each chunk as read before learning from it",
-        dynamic_reference, dynamic_cases, names=("model", "chunks", "lr"), mistakes=(
+        dynamic_reference, dynamic_cases, names=("model", "chunks", "lr"),
+        may_change=("model",),  # learning from each chunk is the task
+        mistakes=(
             Mistake("trained before scoring: score each chunk first, then take the step on it; "
                     "a model that has trained on a chunk has read its answers",
                     dynamic_with(score_first=False)),

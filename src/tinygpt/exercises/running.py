@@ -170,6 +170,7 @@ def torch_wraps(new: Any, old: Any) -> bool:
 
 
 MISSING = object()
+PYTHON_CACHES = frozenset({"__slotnames__"})  # what copyreg stores on a class it first copies
 PRISTINE = {name: Watch.of(space) for name, space in namespaces().items()}
 # as at import, before the reader's file or notebook cell ran
 
@@ -193,7 +194,8 @@ def changes() -> list[tuple[str, Any, str, Any]]:
             inherited = {key: next((vars(c)[key] for c in space.__mro__[1:] if key in vars(c)),
                                    MISSING) for key in added}
             lazy = {key: value for key, value in added.items()
-                    if torch_wraps(value, inherited[key])}  # AdamW.step, on its first use
+                    if torch_wraps(value, inherited[key])  # AdamW.step, on its first use
+                    or key in PYTHON_CACHES}
             if lazy:
                 PRISTINE[name] = Watch.holding(space, {**PRISTINE[name].pristine, **lazy})
             found += [(name, space, key, MISSING) for key in added if key not in lazy]
