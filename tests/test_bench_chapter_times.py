@@ -50,8 +50,8 @@ def test_the_readme_shows_the_record(record):
 
 
 def test_the_readmes_promise_holds(record):
-    # README: "most chapters run in under a minute once the book's models are cached; training
-    # them takes a few minutes each, once".
-    seconds = [row["recorded"] for row in record["chapters"].values()]
-    assert sum(s < 60 for s in seconds) > len(seconds) / 2
-    assert all(s < 600 for s in record["models"].values())
+    # README: "in a minute or a few once the book's models are cached; training and evaluating
+    # those models takes several minutes each, once".
+    seconds = sorted(row["recorded"] for row in record["chapters"].values())
+    assert seconds[len(seconds) // 2] < 90 and seconds[-1] < 600
+    assert all(s < 1200 for s in record["models"].values())
