@@ -170,3 +170,37 @@ def test_a_file_that_replaces_torch_at_its_top_level_is_named_and_undone(tmp_pat
     assert torch.softmax is original and code == 0
     assert "replaced torch.softmax" in err and "put back" in err
     assert "softmax (chapter 5): passed" in out  # graded with torch's own softmax
+
+
+def test_a_kernels_own_input_hook_is_not_the_readers_replacement():
+    # ipykernel sets builtins.input again before every cell (to forward the reader's typing);
+    # the check must neither refuse to grade for it nor put back a stale hook.
+    import builtins
+
+    original = builtins.input
+
+    def kernels_input(prompt=""):
+        return ""
+
+    builtins.input = kernels_input
+    try:
+        outcome = result("softmax", lambda x, dim=-1: torch.softmax(x, dim))
+        assert builtins.input is kernels_input
+    finally:
+        builtins.input = original
+    assert outcome.passed, outcome.report
+
+
+def test_a_check_in_a_real_kernel_grades_the_solution(tmp_path):
+    # The chapters run their checks in a Jupyter kernel, cell after cell: what CI caught once.
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import torch\nfrom tinygpt.exercises import check"),
+        nbformat.v4.new_code_cell("def softmax(x, dim=-1):\n    return torch.softmax(x, dim)"),
+        nbformat.v4.new_code_cell('check("softmax", softmax)')])
+    NotebookClient(notebook, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = "".join(output.get("text", "") for output in notebook.cells[-1].outputs)
+    assert "softmax (chapter 5): passed" in printed, printed

@@ -104,6 +104,11 @@ STANDARD = (builtins, math, copy, functools, itertools, operator, collections, n
             torch, F, torch.linalg, torch.special, torch.nn, torch.nn.init, torch.optim)
 
 
+HOST_BUILTINS = frozenset({"input", "get_ipython", "display", "exit", "quit", "help"})
+# builtins a Jupyter kernel sets again before every cell (ipykernel's ``input`` forwards the
+# reader's typing to the page): the host's, not the reader's, and no reference calls them
+
+
 def namespaces() -> dict[str, Any]:
     """The modules and classes watched, by name: the standard ones, torch.optim's and the
     tinygpt modules loaded now, and torch.Tensor and the optimizers (classes gain no
@@ -137,9 +142,10 @@ class Watch:
 
     @classmethod
     def of(cls, space: Any) -> Watch:
+        hosts = HOST_BUILTINS if space is builtins else frozenset()
         pristine = {key: value for key, value in vars(space).items() if isinstance(space, type)
-                    or (watched(value) and not key.startswith("_"))}  # a module's private
-        # names may change as it works (a test runner's hooks, lazy imports)
+                    or (watched(value) and not key.startswith("_") and key not in hosts)}
+        # a module's private names may change as it works (a test runner's hooks, lazy imports)
         return cls.holding(space, pristine)
 
     @classmethod
