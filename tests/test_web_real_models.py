@@ -10,6 +10,8 @@ the cache; greedy decoding of 300 characters equals ``generate(..., temperature=
 sampling equals ``generate(..., rng=PCG32(seed))``; the attention weights of every layer and head
 of the book's model equal the softmax of its queries against its keys (``return_weights`` of
 its attention modules) to 1e-5; the chat session's greedy replies equal ``ChatSession``'s.
+Served over http(s), a page that loads a model adds at most 3 MB (its scripts, the model's
+``.json`` and its float32 ``.bin``).
 
 The models come from the results cache (a few seconds); on a machine where they are not made yet
 ``book_model`` trains them, as ``make models`` would just after the unit tests (minutes): hence
@@ -18,6 +20,8 @@ The models come from the results cache (a few seconds); on a machine where they 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -25,13 +29,14 @@ from test_web_engine import NODE, TOL, run_node
 
 from tinygpt.book import chat_model
 from tinygpt.book.trained_model import BOOK_RECIPE, MODERN_RECIPE, book_data, book_model
-from tinygpt.book.web_export import export_model
+from tinygpt.book.web_export import export_model, weights_of
 from tinygpt.chat import ChatSession
 from tinygpt.sample import PCG32, generate
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(NODE is None, reason="node (Node.js) is not installed")]
 RECIPES = {"book": BOOK_RECIPE, "modern": MODERN_RECIPE}
+STATIC = Path(__file__).resolve().parents[1] / "book" / "_static"
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +145,19 @@ def test_the_chat_model_in_the_page_replies_as_chat_session(tmp_path):
     with torch.no_grad():
         assert np.abs(np.array(logits) - model(torch.tensor([ids]))[0].double().numpy()
                       ).max() <= TOL
+
+
+PAGE_LIMIT = 3_000_000  # bytes a page may add (issue #42): the scripts and one model
+
+
+@pytest.mark.parametrize("name", ["book", "modern", "chat"])
+def test_a_served_page_adds_at_most_3_mb(tmp_path, name):
+    """Served over http(s), a page loads every script of book/_static/tinygpt (at most: a page
+    loads only its panels') and, when the reader asks, one model's .json and float32 .bin."""
+    run = chat_model.chat_model() if name == "chat" else book_model(RECIPES[name],
+                                                                    progress=False)
+    sizes = export_model(run.model, run.tokenizer, tmp_path, name)
+    scripts = sum(p.stat().st_size for p in (STATIC / "tinygpt").glob("*.js"))
+    added = scripts + sizes[f"{name}.json"] + sizes[f"{name}.bin"]
+    assert added <= PAGE_LIMIT, f"{name}: {added:,} bytes"
+    assert sizes[f"{name}.bin"] == 4 * sum(t.numel() for _, t in weights_of(run.model))

@@ -15,7 +15,12 @@ panel says why in one line.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import shutil
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -114,6 +119,45 @@ def test_greedy_and_seeded_text_are_the_package_s(browser, tmp_path):
     assert "characters" in page.locator(".tinygpt-status").inner_text()
     assert errors == []
     page.close()
+
+
+@contextlib.contextmanager
+def served(folder: Path) -> Iterator[str]:
+    """The base URL of ``folder`` served on 127.0.0.1 (a static host, as GitHub Pages is)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    handler.log_message = lambda *args: None  # type: ignore[method-assign]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("bin_there", [True, False])
+def test_a_served_page_fetches_the_float32_weights_else_the_script(browser, tmp_path,
+                                                                   bin_there):
+    model = small_model()
+    write_page(tmp_path, model)
+    if not bin_there:  # a host that does not serve the .bin: the page falls back on the .js
+        (tmp_path / "_static" / "models" / "book.bin").unlink()
+    with served(tmp_path) as base:
+        page = browser.new_page()
+        asked: list[str] = []
+        page.on("request", lambda r: asked.append(r.url.removeprefix(base)))
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
+                   else route.abort("blockedbyclient"))
+        page.goto(base + "/page.html")
+        shown = generate_in_page(page, "ROMEO:\nWhat is", 60, "0")
+        page.close()
+    assert shown == python_text(model, "ROMEO:\nWhat is", 60, temperature=0.0)
+    models = sorted(u for u in asked if "/models/" in u)
+    assert models == (["/_static/models/book.bin", "/_static/models/book.json"] if bin_there
+                      else ["/_static/models/book.bin", "/_static/models/book.js",
+                            "/_static/models/book.json"])
 
 
 def test_bad_settings_and_unknown_characters_are_one_line_errors(browser, tmp_path):
