@@ -7,8 +7,8 @@
  * replier (the names the template writes), the temperature and the seed, the speech, Say and
  * New conversation. The transcript shows each speech and the reply as its characters are
  * sampled (a few milliseconds of sampling, then the page is drawn: single-threaded). Changing a
- * name, the temperature or the seed starts a new conversation. The div first holds one line
- * saying why there is no panel, which stays when JavaScript is off.
+ * name, the temperature or the seed starts a new conversation at the next turn. The div first
+ * holds one line saying why there is no panel, which stays when JavaScript is off.
  */
 (function () {
   "use strict";
@@ -44,12 +44,14 @@
     status.textContent = "The chat model runs in your browser: no server, nothing sent anywhere.";
     div.append(form, out, status);
 
-    let session = null, busy = false;
-    const restart = () => { session = null; out.textContent = ""; };
+    let session = null, busy = false;  // a reply being written keeps its own session
     for (const input of [speaker, replier, temperature, seed]) {
-      input.addEventListener("change", restart);
+      input.addEventListener("change", () => { session = null; });  // the next turn starts anew
     }
-    fresh.addEventListener("click", () => { if (!busy) restart(); });
+    fresh.addEventListener("click", () => {
+      session = null;
+      if (!busy) out.textContent = "";
+    });
 
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
@@ -74,11 +76,13 @@
           session = new chat.ChatSession(model, { speaker: speaker.value.trim(),
                                                   replier: replier.value.trim(),
                                                   temperature: t, seed: s, maxChars: 200 });
+          out.textContent = "";
         }
-        const pieces = session.reply(text);  // checks the speech before the first piece
-        pieces.next().value;  // "REPLIER:\n": written below with the speech
-        out.textContent += (out.textContent ? "\n\n" : "") + session.speaker + ":\n" +
-          session.fit(text) + "\n\n" + session.replier + ":\n";
+        const current = session;
+        const pieces = current.reply(text);
+        pieces.next();  // checks the speech; gives "REPLIER:\n", written below with the speech
+        out.textContent += (out.textContent ? "\n\n" : "") + current.speaker + ":\n" +
+          current.fit(text) + "\n\n" + current.replier + ":\n";
         div.dataset.state = "running";
         let made = 0;
         const chunk = () => {
@@ -96,7 +100,7 @@
           div.dataset.state = "done";
           status.textContent = "replied in " + made + " characters (" + {
             end: "it ended its turn", max_chars: "the length limit", context: "the context is full",
-          }[session.stop] + (session.cut ? "; the first " + session.cut + " characters of your " +
+          }[current.stop] + (current.cut ? "; the first " + current.cut + " characters of your " +
                              "speech did not fit and were left out" : "") + ")";
         };
         chunk();
