@@ -3,8 +3,9 @@
  * book's model reads it in the browser (engine.js, with models.js to load the model), and for
  * the layer and head the reader chooses, pointing at a character (hovering, clicking, or
  * focusing it with Tab and moving with the arrow keys, Home and End) shades every earlier
- * character by the weight that position's query gives it: the row of softmax(q k^T / sqrt(d_k))
- * of chapter 5, causal, summing to 1. Later characters are greyed: the mask hides them.
+ * character by the weight that position's query gives it (the darkest: the row's largest): the
+ * row of softmax(q k^T / sqrt(d_k)) of chapter 5, causal, summing to 1. Later characters are
+ * greyed: the mask hides them.
  *
  * Every <div class="tinygpt-attention" data-model="book" data-text="..."> becomes a panel; the
  * div first holds one line saying why there is none, which stays when JavaScript is off. Each
@@ -68,6 +69,7 @@
       const l = Number(layer.value), h = Number(head.value);
       const w = attention[t][l][h];  // Float64Array of t + 1 weights over 0 .. t
       const spans = row.children;
+      const most = Math.max(...w);  // the darkest shade is the row's largest weight
       for (let j = 0; j < spans.length; j++) {
         const span = spans[j];
         span.classList.toggle("tinygpt-query", j === t);
@@ -75,7 +77,8 @@
         if (j <= t) {
           span.dataset.weight = w[j].toFixed(4);
           span.title = "position " + j + ": weight " + w[j].toFixed(4);
-          span.style.backgroundColor = "rgba(214, 39, 40, " + Math.min(1, w[j]).toFixed(3) + ")";
+          span.style.backgroundColor = "rgba(214, 39, 40, " + (0.85 * w[j] / most).toFixed(3) +
+            ")";
         } else {
           delete span.dataset.weight;
           span.title = "position " + j + ": after the query, masked";
