@@ -20,6 +20,7 @@ The models come from the results cache (a few seconds); on a machine where they 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -132,13 +133,21 @@ def test_the_chat_model_in_the_page_replies_as_chat_session(tmp_path):
     model = chat.model.eval()
     export_model(model, chat.tokenizer, tmp_path / "models", "chat")
     speeches = ["What news from the court?", "Speak, good friend: are you well?",
-                "Then let us go together, and the night shall hide us both."]
+                "Then let us go together, and the night shall hide us both, for I have heard "
+                "such things of late as make me fear the morning and the king alike.",
+                "Go on.", "And what said he to that, when you had told him all?", "Farewell."]
     session = ChatSession(model, chat.tokenizer, temperature=0.0, max_chars=80)
-    want = [session.reply(s) for s in speeches]
+    want = []
+    for speech in speeches:
+        want.append({"text": session.reply(speech), "stop": session.stop, "cut": session.cut,
+                     "context": len(session.ids)})
     got = run_node(tmp_path, [{"kind": "chat", "speeches": speeches,
                                "settings": {"temperature": 0, "maxChars": 80}}],
                    tmp_path / "models" / "chat.js", "chat")[0]
     assert got == want
+    assert any(w["cut"] > 0 for w in want)  # a speech longer than a turn holds was cut
+    lengths = [w["context"] for w in want]
+    assert any(b < a for a, b in itertools.pairwise(lengths))  # old turns were dropped
     ids = chat.tokenizer.encode("\u25b7HAMLET:\nWhat news?\n\u25b6HORATIO:\n")
     logits = run_node(tmp_path, [{"kind": "logits", "ids": ids, "cached": True}],
                       tmp_path / "models" / "chat.js", "chat")[0]

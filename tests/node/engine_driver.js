@@ -5,7 +5,8 @@
 // position, fed at once or one by one through the cache), {kind: "generate", ids, n, settings}
 // (the token ids), {kind: "sample", rows, settings, seed} (one token per row of logits, one
 // PCG32 for all rows), {kind: "pcg", seed, n} (raw outputs), {kind: "attention", ids},
-// {kind: "chat", speeches, settings} (chat.js's ChatSession: the reply to each speech in turn).
+// {kind: "chat", speeches, settings} (chat.js's ChatSession: for each speech in turn, the reply,
+// why it stopped, the characters of the speech cut and the context's length after it).
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -46,7 +47,9 @@ const results = job.cases.map((c) => {
   }
   if (c.kind === "chat") {
     const session = new chat.ChatSession(model, c.settings);
-    return c.speeches.map((speech) => Array.from(session.reply(speech)).join(""));
+    return c.speeches.map((speech) => ({ text: Array.from(session.reply(speech)).join(""),
+                                         stop: session.stop, cut: session.cut,
+                                         context: session.context.length }));
   }
   throw new Error("unknown case " + c.kind);
 });
