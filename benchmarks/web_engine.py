@@ -1,7 +1,8 @@
 """How fast the page's engine (book/_static/tinygpt/engine.js) runs the book's models in Chromium.
 
-For the book's model and the modern book model (``book_model(BOOK_RECIPE)``, ``MODERN_RECIPE``:
-loaded from the results cache, trained first if missing, as the book build does), it writes a page
+For the book's model, the modern book model and the chat model (``book_model(BOOK_RECIPE)``,
+``MODERN_RECIPE``, ``chat_model()``: loaded from the results cache, trained first if missing, as
+the book build does), it writes a page
 with the built book's layout into a temporary folder (the engine, the panel and the model exported
 by tinygpt.book.web_export), opens it from disk in headless Chromium (/usr/bin/chromium, network
 blocked) and measures, in the page:
@@ -10,7 +11,11 @@ blocked) and measures, in the page:
 * ``first_char_s``: from the start of generation to the first character, the prompt fed;
 * ``chars_per_s`` with the key/value cache (``--chars`` characters) and without it (a fifth as
   many: each step feeds the whole context);
-* ``page_bytes``: what a page with the panel adds: engine.js, panel.js and the model's .js.
+* ``attention_s``: one pass over a full context (``block_size`` characters) with the attention
+  weights kept, what the attention panel computes when the reader presses its button;
+* ``page_bytes_file``: what a page opened from disk adds at most: every script of
+  book/_static/tinygpt and the model's base64 ``.js``; ``page_bytes_served``: over http(s),
+  the scripts and the model's ``.json`` and float32 ``.bin`` (models.js fetches those).
 
 ``--random`` uses random weights of the same shapes instead of the trained models (a smoke run:
 the speed does not depend on the weights' values). Prints JSON; with ``--out FILE`` also writes
@@ -22,6 +27,7 @@ it there. Not a test: run it on a quiet machine, e.g.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -29,8 +35,10 @@ from pathlib import Path
 
 import torch
 
+from tinygpt.book.chat_model import chat_model
 from tinygpt.book.trained_model import BOOK_RECIPE, MODERN_RECIPE, book_model
 from tinygpt.book.web_export import export_model
+from tinygpt.chat import SPECIAL_TOKENS
 from tinygpt.model import GPT
 from tinygpt.tokenizer import CharTokenizer
 
@@ -62,19 +70,26 @@ MEASURE = """async ([name, n, prompt]) => {
   };
   const [first, cached] = run(n, true);
   const [, uncached] = run(Math.max(1, Math.floor(n / 5)), false);
+  const full = Array.from({length: m.Tmax}, (_, i) => i % m.V);
+  const t1 = performance.now();
+  m.forward(full, null, {attention: true});
   return {load_s: load, first_char_s: first, chars_per_s_cached: cached,
-          chars_per_s_uncached: uncached};
+          chars_per_s_uncached: uncached, attention_s: (performance.now() - t1) / 1000};
 }"""
 
 
 def models(random: bool):
-    for name, recipe in (("book", BOOK_RECIPE), ("modern", MODERN_RECIPE)):
+    chat_config = dataclasses.replace(BOOK_RECIPE.model, vocab_size=BOOK_RECIPE.model.vocab_size
+                                      + len(SPECIAL_TOKENS))
+    for name, config in (("book", BOOK_RECIPE.model), ("modern", MODERN_RECIPE.model),
+                         ("chat", chat_config)):
         if random:
             torch.manual_seed(0)
-            chars = sorted(set(PROMPT) | {chr(c) for c in range(32, 127)})[:recipe.model.vocab_size]
-            yield name, GPT(recipe.model).eval(), CharTokenizer(chars)
+            chars = sorted(set(PROMPT) | {chr(c) for c in range(32, 127)})[:config.vocab_size]
+            yield name, GPT(config).eval(), CharTokenizer(chars)
         else:
-            run = book_model(recipe, progress=False)
+            run = (chat_model() if name == "chat" else
+                   book_model(BOOK_RECIPE if name == "book" else MODERN_RECIPE, progress=False))
             yield name, run.model, run.tokenizer
 
 
@@ -103,8 +118,9 @@ def main() -> None:
             page.route("http*://**/*", lambda route: route.abort("blockedbyclient"))
             page.goto((root / "page.html").as_uri())
             got = page.evaluate(MEASURE, [name, args.chars, PROMPT])
-            got["page_bytes"] = (sizes[f"{name}.js"] + (STATIC / "engine.js").stat().st_size
-                                 + (STATIC / "panel.js").stat().st_size)
+            scripts = sum(f.stat().st_size for f in STATIC.glob("*.js"))
+            got["page_bytes_file"] = scripts + sizes[f"{name}.js"]
+            got["page_bytes_served"] = scripts + sizes[f"{name}.json"] + sizes[f"{name}.bin"]
             got["random_weights"] = args.random
             results[name] = got
             page.close()

@@ -35,8 +35,17 @@ def test_only_pages_with_a_panel_load_the_engine(tmp_path):
     book_web_models.add_panel_scripts(
         app, "chapters/09_sampling", "page.html",
         {"body": '<div class="tinygpt-panel" data-models="book">'}, None)
-    assert app.js == ["tinygpt/engine.js", "tinygpt/panel.js"]
-    assert all((ROOT / "book" / "_static" / s).is_file() for s in app.js)
+    assert app.js == ["tinygpt/engine.js", "tinygpt/models.js", "tinygpt/panel.js"]
+    app.js.clear()
+    book_web_models.add_panel_scripts(
+        app, "chapters/15_chat", "page.html",
+        {"body": '<div class="tinygpt-chat" data-model="chat"></div>'
+                 '<div class="tinygpt-attention" data-model="book"></div>'}, None)
+    assert app.js == ["tinygpt/engine.js", "tinygpt/models.js", "tinygpt/attention_panel.js",
+                      "tinygpt/chat.js", "tinygpt/chat_panel.js"]
+    every = {s for scripts in book_web_models.PANELS.values() for s in scripts}
+    assert all((ROOT / "book" / "_static" / s).is_file()
+               for s in {*book_web_models.COMMON, *every})
 
 
 def test_off_exports_nothing_and_a_failed_build_neither(tmp_path, monkeypatch):
@@ -51,8 +60,12 @@ def test_off_exports_nothing_and_a_failed_build_neither(tmp_path, monkeypatch):
 def test_registered_and_the_chapters_hold_panels():
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     assert config["sphinx"]["local_extensions"]["book_web_models"] == "book/_ext"
-    for chapter, models in (("08_training", "book"), ("09_sampling", "book modern")):
+    for chapter, kind, models in (("08_training", "panel", 'data-models="book"'),
+                                  ("09_sampling", "panel", 'data-models="book modern"'),
+                                  ("05_attention", "attention", 'data-model="book"'),
+                                  ("07_gpt", "attention", 'data-model="book"'),
+                                  ("15_chat", "chat", 'data-model="chat"')):
         cells = json.loads((ROOT / "chapters" / f"{chapter}.ipynb").read_text())["cells"]
         panels = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
-                  and 'class="tinygpt-panel"' in "".join(c["source"])]
-        assert len(panels) == 1 and f'data-models="{models}"' in panels[0], chapter
+                  and f'class="tinygpt-{kind}"' in "".join(c["source"])]
+        assert len(panels) == 1 and models in panels[0], chapter

@@ -4,12 +4,16 @@
 // window.TINYGPT_MODELS) and lists cases: {kind: "logits", ids, cached} (the logits of every
 // position, fed at once or one by one through the cache), {kind: "generate", ids, n, settings}
 // (the token ids), {kind: "sample", rows, settings, seed} (one token per row of logits, one
-// PCG32 for all rows), {kind: "pcg", seed, n} (raw outputs), {kind: "attention", ids}.
+// PCG32 for all rows), {kind: "pcg", seed, n} (raw outputs), {kind: "attention", ids},
+// {kind: "chat", speeches, settings} (chat.js's ChatSession: for each speech in turn, the reply,
+// why it stopped, the characters of the speech cut and the context's length after it).
 "use strict";
 const fs = require("fs");
 const path = require("path");
 const vm = require("vm");
-const engine = require(path.join(__dirname, "..", "..", "book", "_static", "tinygpt", "engine.js"));
+const STATIC = path.join(__dirname, "..", "..", "book", "_static", "tinygpt");
+const engine = require(path.join(STATIC, "engine.js"));
+const chat = require(path.join(STATIC, "chat.js"));
 
 const job = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 let model = null;
@@ -40,6 +44,12 @@ const results = job.cases.map((c) => {
   if (c.kind === "attention") {
     return model.forward(c.ids, null, { attention: true }).attention
       .map((layers) => layers.map((heads) => heads.map((w) => Array.from(w))));
+  }
+  if (c.kind === "chat") {
+    const session = new chat.ChatSession(model, c.settings);
+    return c.speeches.map((speech) => ({ text: Array.from(session.reply(speech)).join(""),
+                                         stop: session.stop, cut: session.cut,
+                                         context: session.context.length }));
   }
   throw new Error("unknown case " + c.kind);
 });

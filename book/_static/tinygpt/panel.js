@@ -6,54 +6,20 @@
  * Every <div class="tinygpt-panel" data-models="book modern"> of the page becomes a panel. The
  * div first holds one line saying why there is no panel; it stays when JavaScript is off, and
  * an error line replaces it when the engine fails. A model's weights are loaded when the reader
- * first asks for it, by a <script> tag for _static/models/<name>.js (written by
- * tinygpt.book.web_export when the book is built): a script tag works on a page opened from disk
- * (file://), where the browser refuses fetch(). Characters are shown as they are chosen: the
- * loop runs for a few milliseconds, shows them, and yields to the browser (setTimeout), so the
- * page stays responsive; it is single-threaded and needs no special headers.
+ * first asks for it (models.js, loaded before this file: a <script> tag for
+ * _static/models/<name>.js, which works on a page opened from disk). Characters are shown as
+ * they are chosen: the loop runs for a few milliseconds, shows them, and yields to the browser
+ * (setTimeout), so the page stays responsive; it is single-threaded and needs no special
+ * headers.
  */
 (function () {
   "use strict";
   const engine = window.tinygptEngine;
-  const MODELS_URL = new URL("../models/", document.currentScript.src);  // beside _static/tinygpt
+  const { load: loadModel, field, startPanels } = window.tinygptModels;  // models.js
   const LABELS = {
     book: "the book's model (chapter 8)",
     modern: "the modern book model (chapter 12)",
   };
-  const loading = {};  // name -> Promise of a Model, so each is loaded once
-
-  /** The engine's Model of the exported model `name`, loading its script on first use. */
-  function loadModel(name) {
-    if (!loading[name]) {
-      loading[name] = new Promise((resolve, reject) => {
-        const ready = () => {
-          const entry = (window.TINYGPT_MODELS || {})[name];
-          if (!entry) return reject(new Error("models/" + name + ".js did not define the model"));
-          resolve(engine.loadModel(entry.manifest, engine.base64ToBuffer(entry.weights)));
-        };
-        if ((window.TINYGPT_MODELS || {})[name]) return ready();
-        const script = document.createElement("script");
-        script.src = new URL(name + ".js", MODELS_URL).href;
-        script.onload = ready;
-        script.onerror = () => reject(new Error("could not load " + script.src +
-                                                " (the book was built without its models?)"));
-        document.head.appendChild(script);
-      });
-    }
-    return loading[name];
-  }
-
-  /** A labelled input; returns the input element. */
-  function field(form, label, attrs) {
-    const wrap = document.createElement("label");
-    wrap.className = "tinygpt-field";
-    wrap.append(label + " ");
-    const input = document.createElement(attrs.tag || "input");
-    for (const [k, v] of Object.entries(attrs)) if (k !== "tag") input.setAttribute(k, v);
-    wrap.appendChild(input);
-    form.appendChild(wrap);
-    return input;
-  }
 
   function number(input, name, low, high) {
     const text = input.value.trim();
@@ -151,17 +117,5 @@
     });
   }
 
-  function start() {
-    for (const div of document.querySelectorAll("div.tinygpt-panel")) {
-      try {
-        if (!engine) throw new Error("the engine (engine.js) did not load");
-        buildPanel(div);
-      } catch (err) {
-        div.textContent = "The sampling panel could not start (" + err.message + "); the " +
-          "output above is the model's text from when the book was built.";
-      }
-    }
-  }
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-  else start();
+  startPanels("div.tinygpt-panel", buildPanel, "sampling panel");
 })();

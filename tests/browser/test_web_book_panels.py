@@ -1,0 +1,86 @@
+"""The panels of the built book, opened from disk (``file://``) with every request to a site
+blocked, run the book's real models as PyTorch does.
+
+A reader samples greedily from the modern book model in chapter 9 and gets ``generate``'s text;
+sees the attention of their own text in chapters 5 and 7, the weights those of the book model's
+attention modules; and talks with the chat model in chapter 15 at temperature 0, getting
+``ChatSession``'s reply. The models come from the results cache, as the build exported them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from browser_support import HTML
+from test_web_panel import check_row, torch_attention, wait_until_finished
+
+from tinygpt.book.chat_model import chat_model
+from tinygpt.book.trained_model import BOOK_RECIPE, MODERN_RECIPE, book_model
+from tinygpt.chat import ChatSession
+from tinygpt.sample import generate
+
+
+def open_chapter(browser, chapter: str):
+    path = HTML / "chapters" / f"{chapter}.html"
+    if not path.is_file():
+        pytest.fail(f"the book is not built ({path} is missing): run `make book`", pytrace=False)
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("http*://**/*", lambda route: route.abort("blockedbyclient"))
+    page.goto(path.as_uri())
+    return page, errors
+
+
+def test_chapter_9_samples_the_modern_model_greedily(browser):
+    run = book_model(MODERN_RECIPE, progress=False)
+    page, errors = open_chapter(browser, "09_sampling")
+    panel = page.locator("div.tinygpt-panel")
+    panel.locator("select[name=model]").select_option("modern")
+    prompt = "KING HENRY:\n"
+    panel.locator("textarea[name=prompt]").fill(prompt)
+    panel.locator("input[name=temperature]").fill("0")
+    panel.locator("input[name=length]").fill("80")
+    panel.locator("button[type=submit]").click()
+    wait_until_finished(page)
+    assert panel.get_attribute("data-state") == "done", panel.inner_text()
+    out = generate(run.model, torch.tensor([run.tokenizer.encode(prompt)]), 80, temperature=0.0)
+    assert panel.locator("pre.tinygpt-output").inner_text() == run.tokenizer.decode(
+        out[0].tolist())
+    assert errors == []
+    page.close()
+
+
+@pytest.mark.parametrize("chapter", ["05_attention", "07_gpt"])
+def test_chapters_5_and_7_show_the_book_model_s_attention(browser, chapter):
+    run = book_model(BOOK_RECIPE, progress=False)
+    page, errors = open_chapter(browser, chapter)
+    panel = page.locator("div.tinygpt-attention")
+    text = "HAMLET:\nTo be, or not to be"
+    panel.locator("textarea[name=text]").fill(text)
+    panel.locator("button[type=submit]").click()
+    wait_until_finished(page, "div.tinygpt-attention", ("ready", "error"))
+    assert panel.get_attribute("data-state") == "ready", panel.inner_text()
+    weights = torch_attention(run.model.eval(), run.tokenizer.encode(text))
+    panel.locator("select[name=layer]").select_option("1")
+    panel.locator("select[name=head]").select_option("3")
+    panel.locator("span.tinygpt-token").nth(20).hover()
+    check_row(panel, weights, 1, 3, 20)
+    assert errors == []
+    page.close()
+
+
+def test_chapter_15_chats_with_the_chat_model(browser):
+    chat = chat_model()
+    page, errors = open_chapter(browser, "15_chat")
+    panel = page.locator("div.tinygpt-chat")
+    panel.locator("input[name=temperature]").fill("0")
+    speech = "What news from the court?"
+    panel.locator("textarea[name=speech]").fill(speech)
+    panel.locator("button[type=submit]").click()
+    wait_until_finished(page, "div.tinygpt-chat")
+    assert panel.get_attribute("data-state") == "done", panel.inner_text()
+    reply = ChatSession(chat.model, chat.tokenizer, temperature=0.0).reply(speech)
+    assert panel.locator("pre.tinygpt-output").inner_text() == f"HAMLET:\n{speech}\n\n{reply}"
+    assert errors == []
+    page.close()
