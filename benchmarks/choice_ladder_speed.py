@@ -1,14 +1,16 @@
 """How much faster the batched multiple-choice scorer is than scoring one candidate at a time.
 
-Times, side by side in one run, ``tinygpt.multiple_choice.evaluate`` with the network's batched
-function (``network_log_probs``: every candidate of every question in passes of padded rows)
-and with the straightforward one (one forward pass per candidate, the scorer before batching),
-on the first ``--questions`` questions of each cut of the book's benchmark, for untrained
-networks of the book model's and the modern model's sizes (what is timed does not depend on
-the weights). It checks that both give the same totals (to float tolerance) and prints each
-one's seconds and the ratio. It writes no record: run it on a quiet machine for one, e.g.
+Times, side by side in one run, ``tinygpt.multiple_choice.all_choice_log_probs`` (what
+``evaluate`` scores) three ways: one forward pass per candidate (the scorer before batching, on
+the first ``--old-questions`` questions of each cut), every candidate as a padded row of
+batched passes, and ``network_log_probs`` as ``evaluate`` uses it (each opening read once, its
+keys and values shared by its candidates), the last two on the first ``--questions`` of each
+cut of the book's benchmark (a realistic share of openings of one length). The networks are
+untrained ones of the book model's and the modern model's sizes (what is timed does not depend
+on the weights). It checks that all give the same totals (to float tolerance) and prints the
+seconds per question and the ratios. It writes no record: run it on a quiet machine for one:
 
-    nice -n 10 python benchmarks/choice_ladder_speed.py --questions 20
+    nice -n 10 python benchmarks/choice_ladder_speed.py --questions 500 --old-questions 20
 """
 
 from __future__ import annotations
@@ -42,34 +44,59 @@ def one_at_a_time(model: nn.Module, block_size: int) -> mc.LogProbs:
     return log_probs
 
 
+class Rows(nn.Module):
+    """A network as it is, but not a ``GPT``: ``network_log_probs`` of it scores every candidate
+    as a row of its own (``many``), with no prefix read once."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.inner = model
+
+    def forward(self, idx: Tensor) -> Tensor:
+        out = self.inner(idx)
+        return out[0] if isinstance(out, tuple) else out
+
+
+def timed(log_probs: mc.LogProbs, tok: object, questions: list[mc.Question]
+          ) -> tuple[float, list[list[float]]]:
+    """Seconds per question, and the totals."""
+    start = time.perf_counter()
+    totals = mc.all_choice_log_probs(log_probs, tok, questions)  # type: ignore[arg-type]
+    return (time.perf_counter() - start) / len(questions), totals
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--questions", type=int, default=20, help="per cut (default 20)")
-    parser.add_argument("--batch-tokens", type=int, nargs="+", default=[mc.BATCH_TOKENS])
+    parser.add_argument("--questions", type=int, default=100,
+                        help="per cut, for the batched scorers (default 100)")
+    parser.add_argument("--old-questions", type=int, default=10,
+                        help="per cut, the first ones, for one pass per candidate (default 10)")
     args = parser.parse_args()
     tok, train_ids, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
     val, train = tok.decode(val_ids.tolist()), tok.decode(train_ids.tolist())
-    questions = [q for cut in mc.CUTS
-                 for q in mc.build(val, train, cut=cut, size=args.questions)]
+    by_cut = {cut: mc.build(val, train, cut=cut, size=args.questions) for cut in mc.CUTS}
+    questions = [q for cut in mc.CUTS for q in by_cut[cut]]
+    first = [q for cut in mc.CUTS for q in by_cut[cut][: args.old_questions]]
     torch.manual_seed(0)
     models = {"book model": trained_model.BOOK_RECIPE.model,
               "modern model": trained_model.MODERN_RECIPE.model}
-    print(f"{len(questions)} questions ({args.questions} per cut), {torch.get_num_threads()} "
-          "torch threads")
+    print(f"{len(questions)} questions for the batched scorers, the first {len(first)} of them "
+          f"for one pass per candidate; {torch.get_num_threads()} torch threads; seconds per "
+          "question")
     for name, config in models.items():
         model = GPT(config)
-        start = time.perf_counter()
-        old = mc.all_choice_log_probs(one_at_a_time(model, config.block_size), tok, questions)
-        old_s = time.perf_counter() - start
-        for batch_tokens in args.batch_tokens:
-            scorer = mc.network_log_probs(model, config.block_size, batch_tokens=batch_tokens)
-            start = time.perf_counter()
-            new = mc.all_choice_log_probs(scorer, tok, questions)
-            new_s = time.perf_counter() - start
-            torch.testing.assert_close(torch.tensor(new), torch.tensor(old), rtol=1e-5,
-                                       atol=1e-4)
-            print(f"{name}, batch_tokens {batch_tokens}: one at a time {old_s:.2f} s, "
-                  f"batched {new_s:.2f} s, ratio {old_s / new_s:.1f}")
+        old_s, old = timed(one_at_a_time(model, config.block_size), tok, first)
+        rows_s, rows = timed(mc.network_log_probs(Rows(model), config.block_size), tok,
+                             questions)
+        new_s, new = timed(mc.network_log_probs(model, config.block_size), tok, questions)
+        index = [questions.index(q) for q in first]
+        for got in (rows, new):
+            torch.testing.assert_close(torch.tensor([got[i] for i in index]), torch.tensor(old),
+                                       rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(torch.tensor(new), torch.tensor(rows), rtol=1e-5, atol=1e-4)
+        print(f"{name}: one pass per candidate {old_s:.4f}, padded rows {rows_s:.4f} "
+              f"(ratio {old_s / rows_s:.1f}), prefix read once {new_s:.4f} "
+              f"(ratio {old_s / new_s:.1f})")
 
 
 if __name__ == "__main__":

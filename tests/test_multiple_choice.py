@@ -211,6 +211,33 @@ def test_batched_scoring_equals_one_pass_per_candidate(network, block_size):
         torch.testing.assert_close(many, one, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
+@pytest.mark.parametrize("network", ["gpt", "modern gpt", "attention only"])
+def test_endings_after_a_shared_prefix_are_scored_as_the_whole_sequences(network):
+    """``after``: prefixes of equal and unequal lengths, endings of one id, a group whose
+    endings are all one id, and groups too long for the context (read through ``many``)."""
+    torch.manual_seed(0)
+    model = CAUSAL_NETWORKS[network](20, 16)
+    rng = random.Random(4)
+    groups = []
+    for prefix_length in (1, 5, 5, 9, 9, 9, 14, 20):
+        prefix = [rng.randrange(20) for _ in range(prefix_length)]
+        lengths = [1, 1] if prefix_length == 9 and not any(
+            len(g[0]) == 9 and all(len(e) == 1 for e in g[1]) for g in groups) else \
+            [rng.randint(1, 8) for _ in range(rng.randint(1, 4))]
+        groups.append((prefix, [[rng.randrange(20) for _ in range(n)] for n in lengths]))
+    straight = one_pass_per_sequence(model, 16)
+    for batch_tokens in (1, 20, 10_000):
+        got = mc.network_log_probs(model, 16, batch_tokens=batch_tokens).after(groups)
+        assert [len(each) for each in got] == [len(endings) for _, endings in groups]
+        for (prefix, endings), each in zip(groups, got):
+            for ending, scores in zip(endings, each):
+                expected = straight(prefix + ending)[len(prefix) - 1:]
+                torch.testing.assert_close(scores, expected, rtol=1e-5, atol=1e-5,
+                                           equal_nan=True)
+    with pytest.raises(ValueError, match="at least 1 id"):
+        mc.network_log_probs(model, 16).after([([1, 2], [[3], []])])
+
+
 def test_batched_scoring_refuses_a_sequence_without_a_prediction():
     with pytest.raises(ValueError, match="at least 2 ids"):
         mc.network_log_probs(tiny_gpt(20), 32).many([[1, 2, 3], [4]])

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.checks import check_choice, check_instance, check_int
+from tinygpt.model import GPT
 from tinygpt.ngram import NGramModel
 from tinygpt.tokenizer import Tokenizer
 
@@ -269,8 +270,95 @@ class NetworkLogProbs:
             out_list.append(torch.cat([pad, got.double()]))
         return out_list
 
+    def after(self, groups: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]
+              ) -> list[list[Tensor]]:
+        """For each ``(prefix, endings)``: each ending's ``(len(ending),)`` log-probabilities
+        after ``prefix`` (float64, ``nan`` beyond the context), as ``self(prefix + ending)``
+        gives them. For a ``GPT``, a prefix that fits the context with each of its endings is
+        read once: its keys and values (``KVCache``) are copied to a row for each ending, which
+        reads on from there; prefixes of one length share a pass. Other groups go through
+        ``many``."""
+        out: list[list[Tensor]] = [[] for _ in groups]
+        by_length: dict[int, list[int]] = {}  # prefix length -> the groups read once
+        rest = []
+        for g, (prefix, endings) in enumerate(groups):
+            if not endings or min(len(e) for e in endings) < 1 or len(prefix) < 1:
+                raise ValueError("after needs a prefix and endings of at least 1 id each")
+            fits = len(prefix) + max(len(e) for e in endings) - 1 <= self.block_size
+            if isinstance(self.model, GPT) and fits:
+                by_length.setdefault(len(prefix), []).append(g)
+            else:
+                rest.append(g)
+        joined = [list(groups[g][0]) + list(e) for g in rest for e in groups[g][1]]
+        scored = iter(self.many(joined))
+        for g in rest:
+            out[g] = [next(scored)[len(groups[g][0]) - 1:] for _ in groups[g][1]]
+        model = self.model
+        if not isinstance(model, GPT):  # every group went through many
+            return out
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                for members in by_length.values():
+                    for part in self._parts(members, groups):
+                        found = _shared_prefix(model, [groups[g] for g in part])
+                        for g, got in zip(part, found):
+                            out[g] = got
+        finally:
+            model.train(was_training)
+        return out
 
-BATCH_TOKENS = 4096  # padded positions per forward pass of NetworkLogProbs.many
+    def _parts(self, members: list[int], groups: Sequence[tuple[Sequence[int],
+               Sequence[Sequence[int]]]]) -> list[list[int]]:
+        """``members`` (groups of one prefix length) in parts whose ending rows fit
+        ``batch_tokens`` padded positions (a part holds one group at least)."""
+        parts: list[list[int]] = []
+        rows = width = 0
+        for g in members:
+            n, w = len(groups[g][1]), max(len(e) for e in groups[g][1]) - 1
+            if parts and (rows + n) * max(width, w, 1) <= self.batch_tokens:
+                parts[-1].append(g)
+                rows, width = rows + n, max(width, w)
+            else:
+                parts.append([g])
+                rows, width = n, w
+        return parts
+
+
+def _shared_prefix(model: GPT, part: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]
+                   ) -> list[list[Tensor]]:
+    """``after`` for groups whose prefixes have one length, in two passes of a GPT: the
+    prefixes, then every ending after a copy of its prefix's keys and values."""
+    prefixes = torch.tensor([list(prefix) for prefix, _ in part])  # (G, P)
+    caches = model.new_caches(len(part))
+    last = model(prefixes, caches=caches, last_only=True)  # (G, 1, V): the first ending ids
+    first = F.log_softmax(last[:, 0].float(), dim=-1)  # (G, V)
+    owner = torch.tensor([g for g, (_, endings) in enumerate(part) for _ in endings])  # (R,)
+    endings = [list(e) for _, group in part for e in group]
+    width = max(len(e) for e in endings) - 1  # inputs of the longest ending
+    picked = torch.empty(len(endings), 0)
+    if width > 0:
+        P = prefixes.shape[1]
+        rows = model.new_caches(len(endings))
+        for row, cache in zip(rows, caches):  # each ending's row starts from its prefix's
+            row.k[:, :, :P] = cache.k[owner, :, :P]
+            row.v[:, :, :P] = cache.v[owner, :, :P]
+            row.length = P
+        x = torch.zeros(len(endings), width + 1, dtype=torch.long)  # (R, width + 1)
+        for r, e in enumerate(endings):
+            x[r, : len(e)] = torch.tensor(e)  # right-padded with id 0
+        logits = model(x[:, :-1], caches=rows)  # (R, width, V)
+        picked = F.log_softmax(logits.float(), dim=-1).gather(2, x[:, 1:, None])[:, :, 0]
+    out: list[list[Tensor]] = [[] for _ in part]
+    for r, e in enumerate(endings):
+        g = int(owner[r])
+        head = first[g, e[0]].reshape(1)
+        out[g].append(torch.cat([head, picked[r, : len(e) - 1]]).double())
+    return out
+
+
+BATCH_TOKENS = 4096  # padded positions per forward pass of NetworkLogProbs.many and .after
 
 
 def network_log_probs(model: nn.Module, block_size: int, *,
@@ -280,7 +368,8 @@ def network_log_probs(model: nn.Module, block_size: int, *,
     context: a longer sequence is scored in one pass over its last ``block_size + 1`` ids, so
     only its last ``block_size`` predictions are returned with full accuracy -- enough for a
     candidate line after a short opening. The network must be causal (a position's logits read
-    only the ids up to it): its ``many`` scores many sequences in one pass of padded rows."""
+    only the ids up to it): its ``many`` scores many sequences in one pass of padded rows, its
+    ``after`` many endings of shared prefixes (``evaluate`` uses it)."""
     check_instance(model, nn.Module, "model")
     check_int(block_size, "block_size")
     check_int(batch_tokens, "batch_tokens")
@@ -320,29 +409,23 @@ def choice_log_probs(log_probs: LogProbs, tokenizer: Tokenizer,
 
 def all_choice_log_probs(log_probs: LogProbs, tokenizer: Tokenizer,
                          questions: Sequence[Question]) -> list[list[float]]:
-    """``choice_log_probs`` of every question, in order: a function with a ``many`` method
+    """``choice_log_probs`` of every question, in order: a function with an ``after`` method
     (``NetworkLogProbs``) scores all the candidates of all the questions in batches, any other
     one candidate at a time."""
-    sequences, starts = [], []  # every candidate after its opening; where its tokens start
-    for question in questions:
-        opening = tokenizer.encode(question.opening)  # once for the question's candidates
-        for choice in question.choices:
-            sequences.append(opening + tokenizer.encode(choice))
-            starts.append(len(opening) - 1)
-    many = getattr(log_probs, "many", None)
-    scored = many(sequences) if callable(many) else [log_probs(ids) for ids in sequences]
-    totals = []
-    for scores, start in zip(scored, starts):
-        scores = scores[start:]  # the predictions of the candidate's tokens
-        if torch.isnan(scores).any():
+    groups = [(tokenizer.encode(q.opening), [tokenizer.encode(c) for c in q.choices])
+              for q in questions]  # each opening encoded once for its candidates
+    after = getattr(log_probs, "after", None)
+    if callable(after):
+        scored = after(groups)
+    else:
+        scored = [[log_probs(opening + ids)[len(opening) - 1:] for ids in choices]
+                  for opening, choices in groups]
+    by_question = []
+    for each in scored:
+        if any(torch.isnan(scores).any() for scores in each):
             raise ValueError("the model's context is too short to score a candidate: each "
                              "needs the opening and the candidate's tokens in one window")
-        totals.append(float(scores.sum()))
-    k = 0
-    by_question = []
-    for question in questions:
-        by_question.append(totals[k : k + len(question.choices)])
-        k += len(question.choices)
+        by_question.append([float(scores.sum()) for scores in each])
     return by_question
 
 
