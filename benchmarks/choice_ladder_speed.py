@@ -6,9 +6,10 @@ the first ``--old-questions`` questions of each cut), every candidate as a padde
 batched passes, and ``network_log_probs`` as ``evaluate`` uses it (each opening read once, its
 keys and values shared by its candidates), the last two on the first ``--questions`` of each
 cut of the book's benchmark (a realistic share of openings of one length). The networks are
-untrained ones of the book model's and the modern model's sizes (what is timed does not depend
-on the weights). It checks that all give the same totals (to float tolerance) and prints the
-seconds per question and the ratios. It writes no record: run it on a quiet machine for one:
+untrained ones of the sizes of the ladder's networks (what is timed does not depend on the
+weights; ``gpt_init`` is the book model's size). It checks that all give the same totals (to
+float tolerance) and prints the seconds per question and the ratios. It writes no record: run
+it on a quiet machine for one:
 
     nice -n 10 python benchmarks/choice_ladder_speed.py --questions 500 --old-questions 20
 """
@@ -16,6 +17,7 @@ seconds per question and the ratios. It writes no record: run it on a quiet mach
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from collections.abc import Sequence
 
@@ -24,8 +26,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt import multiple_choice as mc
-from tinygpt.book import trained_model
+from tinygpt.book import ladder, trained_model
 from tinygpt.model import GPT
+from tinygpt.small_models import AttentionOnly, ContextMLP
 
 
 def one_at_a_time(model: nn.Module, block_size: int) -> mc.LogProbs:
@@ -42,6 +45,9 @@ def one_at_a_time(model: nn.Module, block_size: int) -> mc.LogProbs:
         return torch.cat([pad, chosen.double()])
 
     return log_probs
+
+
+MODELS = ("book model", "modern model", "one block", "attention only", "context mlp")
 
 
 class Rows(nn.Module):
@@ -71,6 +77,7 @@ def main() -> None:
                         help="per cut, for the batched scorers (default 100)")
     parser.add_argument("--old-questions", type=int, default=10,
                         help="per cut, the first ones, for one pass per candidate (default 10)")
+    parser.add_argument("--models", nargs="+", choices=MODELS, help="default: all")
     args = parser.parse_args()
     tok, train_ids, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
     val, train = tok.decode(val_ids.tolist()), tok.decode(train_ids.tolist())
@@ -78,17 +85,22 @@ def main() -> None:
     questions = [q for cut in mc.CUTS for q in by_cut[cut]]
     first = [q for cut in mc.CUTS for q in by_cut[cut][: args.old_questions]]
     torch.manual_seed(0)
-    models = {"book model": trained_model.BOOK_RECIPE.model,
-              "modern model": trained_model.MODERN_RECIPE.model}
+    small = dataclasses.replace(ladder.SMALL_GPT, vocab_size=tok.vocab_size)
+    models: dict[str, tuple[nn.Module, int]] = {
+        "book model": (GPT(trained_model.BOOK_RECIPE.model), 128),
+        "modern model": (GPT(trained_model.MODERN_RECIPE.model), 128),
+        "one block": (GPT(small), ladder.BLOCK_SIZE),
+        "attention only": (AttentionOnly(small), ladder.BLOCK_SIZE),
+        "context mlp": (ContextMLP(tok.vocab_size, **ladder.MLP_SIZES), ladder.BLOCK_SIZE)}
+    chosen = args.models or list(models)
     print(f"{len(questions)} questions for the batched scorers, the first {len(first)} of them "
           f"for one pass per candidate; {torch.get_num_threads()} torch threads; seconds per "
           "question")
-    for name, config in models.items():
-        model = GPT(config)
-        old_s, old = timed(one_at_a_time(model, config.block_size), tok, first)
-        rows_s, rows = timed(mc.network_log_probs(Rows(model), config.block_size), tok,
-                             questions)
-        new_s, new = timed(mc.network_log_probs(model, config.block_size), tok, questions)
+    for name in chosen:
+        model, block_size = models[name]
+        old_s, old = timed(one_at_a_time(model, block_size), tok, first)
+        rows_s, rows = timed(mc.network_log_probs(Rows(model), block_size), tok, questions)
+        new_s, new = timed(mc.network_log_probs(model, block_size), tok, questions)
         index = [questions.index(q) for q in first]
         for got in (rows, new):
             torch.testing.assert_close(torch.tensor([got[i] for i in index]), torch.tensor(old),
