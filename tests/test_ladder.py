@@ -190,6 +190,46 @@ def test_train_rung_returns_the_model_it_scored(ladder_corpus):
     assert again.loss == trained.loss
 
 
+@pytest.mark.parametrize("key", ladder.TRAINED)
+def test_a_trained_rung_is_cached_with_its_weights_and_loaded_not_trained_again(
+        ladder_corpus, monkeypatch, key):
+    _, _, val, _ = ladder_corpus
+    fits = counting(monkeypatch, "fit")
+    trained = ladder.train_rung(key)
+    again = ladder.train_rung(key)  # read from the cache: no second training
+    assert len(fits) == 1
+    assert again.model is not trained.model
+    first, second = trained.model.state_dict(), again.model.state_dict()
+    assert set(first) == set(second)
+    for name in first:
+        assert torch.equal(first[name], second[name]), name  # the weights exactly
+    assert (again.loss, again.train_losses, again.train_s) == (
+        trained.loss, trained.train_losses, trained.train_s)
+    assert score(again.model, torch.tensor(val), ladder.BLOCK_SIZE) == trained.loss
+    assert not again.model.training
+
+
+def test_cached_weights_that_do_not_fit_are_trained_again(ladder_corpus, monkeypatch):
+    from tinygpt.book import results_cache
+
+    trained = ladder.train_rung("one_block")
+    path = ladder._path("one_block")
+    content = json.loads(path.read_text())["content"]
+    name = next(iter(content["state"]))
+    content["state"][name]["shape"] = [1, *content["state"][name]["shape"]]
+    results_cache.write_json(path, content)  # a valid entry whose weights have another shape
+    fits = counting(monkeypatch, "fit")
+    with pytest.warns(UserWarning, match="do not fit"):
+        again = ladder.train_rung("one_block")
+    assert len(fits) == 1 and again.loss == trained.loss
+    del content["state"]  # no weights at all (an entry of rung_loss alone): trained again
+    results_cache.write_json(path, content)
+    ladder.train_rung("one_block")
+    assert len(fits) == 2
+    ladder.train_rung("one_block")  # and written whole again
+    assert len(fits) == 2
+
+
 def test_train_rung_keeps_the_callers_random_state(ladder_corpus):
     torch.manual_seed(123)
     expected = torch.rand(3)

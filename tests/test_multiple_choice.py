@@ -12,6 +12,7 @@ inverts (found by bisection), ties against the fraction of a point they earn.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -25,6 +26,7 @@ from tinygpt import multiple_choice as mc
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
 from tinygpt.ngram import NGramModel
+from tinygpt.small_models import AttentionOnly, ContextMLP
 from tinygpt.tokenizer import CharTokenizer
 
 WORDS = ("honour", "sweet", "lord", "madam", "nothing", "heaven", "gentle", "father", "speak",
@@ -149,6 +151,98 @@ def test_a_sequence_longer_than_the_context_is_scored_on_its_last_window():
     assert torch.isnan(got[:-8]).all() and not torch.isnan(got[-8:]).any()
     window = mc.network_log_probs(model, 8)(ids[-9:])
     torch.testing.assert_close(got[-8:], window)
+
+
+def one_pass_per_sequence(model, block_size):
+    """The straightforward scorer: one forward pass of one row per sequence, on its last
+    ``block_size + 1`` ids."""
+
+    def log_probs(ids):
+        x = torch.tensor(ids[-(block_size + 1):])  # (T,)
+        with torch.no_grad():
+            out = model.eval()(x[None, :-1])
+        logits = out[0] if isinstance(out, tuple) else out  # (1, T - 1, V)
+        chosen = -F.cross_entropy(logits[0], x[1:], reduction="none")
+        return torch.cat([torch.full((len(ids) - len(x),), float("nan")), chosen]).double()
+
+    return log_probs
+
+
+CAUSAL_NETWORKS = {
+    "gpt": lambda V, T: tiny_gpt(V, T),
+    "modern gpt": lambda V, T: GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=2, n_head=2,
+                                             n_embd=16, positional="rope", qk_norm=True,
+                                             norm="rmsnorm", activation="relu2")),
+    "attention only": lambda V, T: AttentionOnly(GPTConfig(vocab_size=V, block_size=T,
+                                                           n_layer=1, n_head=2, n_embd=16)),
+    "context mlp": lambda V, T: ContextMLP(V, context=4, n_embd=8, hidden=32),
+}
+
+
+@pytest.mark.parametrize("network", sorted(CAUSAL_NETWORKS))
+@pytest.mark.parametrize("block_size", [16, 64])
+def test_batched_scoring_equals_one_pass_per_candidate(network, block_size):
+    """Every candidate of several questions at once, in padded batches of rows of different
+    lengths (some longer than the context when it is 16), gives what one pass per candidate
+    gives: the same totals, the same accuracies, the same credits."""
+    tok = CharTokenizer.from_text(TRAIN + VAL)
+    torch.manual_seed(0)
+    model = CAUSAL_NETWORKS[network](tok.vocab_size, block_size)
+    questions = [q for cut in mc.CUTS for q in mc.build(VAL, TRAIN, cut=cut, size=6, seed=2)]
+    lengths = {len(tok.encode(q.opening + c)) for q in questions for c in q.choices}
+    assert len(lengths) > 5  # rows of many lengths share a batch and are padded
+    if block_size == 16:
+        questions = [dataclasses.replace(q, choices=tuple(c[-14:] for c in q.choices))
+                     for q in questions]  # candidates that fit the context, openings that do not
+    straight = one_pass_per_sequence(model, block_size)
+    for batch_tokens in (1, 50, 300, 100_000):  # one row per pass, a few, all in one pass
+        batched = mc.network_log_probs(model, block_size, batch_tokens=batch_tokens)
+        got = mc.all_choice_log_probs(batched, tok, questions)
+        expected = [[float(straight(tok.encode(q.opening) + tok.encode(c))[
+            len(tok.encode(q.opening)) - 1:].sum()) for c in q.choices] for q in questions]
+        torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-5,
+                                   atol=1e-5)
+    result, reference = mc.evaluate(batched, tok, questions), mc.evaluate(straight, tok, questions)
+    assert result.credits == reference.credits and result.raw == reference.raw
+    assert result.normalised == reference.normalised
+    assert result.answer_nats_per_char == pytest.approx(reference.answer_nats_per_char, rel=1e-5)
+    sequences = [list(range(n)) for n in (2, 40, 3, 17, 2)]  # any order, any length from 2
+    for one, many in zip([straight(s) for s in sequences], batched.many(sequences)):
+        torch.testing.assert_close(many, one, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("network", ["gpt", "modern gpt", "attention only"])
+def test_endings_after_a_shared_prefix_are_scored_as_the_whole_sequences(network):
+    """``after``: prefixes of equal and unequal lengths, endings of one id, a group whose
+    endings are all one id, and groups too long for the context (read through ``many``)."""
+    torch.manual_seed(0)
+    model = CAUSAL_NETWORKS[network](20, 16)
+    rng = random.Random(4)
+    groups = []
+    for prefix_length in (1, 5, 5, 9, 9, 9, 14, 20):
+        prefix = [rng.randrange(20) for _ in range(prefix_length)]
+        lengths = [1, 1] if prefix_length == 9 and not any(
+            len(g[0]) == 9 and all(len(e) == 1 for e in g[1]) for g in groups) else \
+            [rng.randint(1, 8) for _ in range(rng.randint(1, 4))]
+        groups.append((prefix, [[rng.randrange(20) for _ in range(n)] for n in lengths]))
+    straight = one_pass_per_sequence(model, 16)
+    for batch_tokens in (1, 20, 10_000):
+        got = mc.network_log_probs(model, 16, batch_tokens=batch_tokens).after(groups)
+        assert [len(each) for each in got] == [len(endings) for _, endings in groups]
+        for (prefix, endings), each in zip(groups, got):
+            for ending, scores in zip(endings, each):
+                expected = straight(prefix + ending)[len(prefix) - 1:]
+                torch.testing.assert_close(scores, expected, rtol=1e-5, atol=1e-5,
+                                           equal_nan=True)
+    with pytest.raises(ValueError, match="at least 1 id"):
+        mc.network_log_probs(model, 16).after([([1, 2], [[3], []])])
+
+
+def test_batched_scoring_refuses_a_sequence_without_a_prediction():
+    with pytest.raises(ValueError, match="at least 2 ids"):
+        mc.network_log_probs(tiny_gpt(20), 32).many([[1, 2, 3], [4]])
+    with pytest.raises(ValueError, match="batch_tokens"):
+        mc.network_log_probs(tiny_gpt(20), 32, batch_tokens=0)
 
 
 def test_an_ngram_models_log_probs_are_its_own_probabilities():

@@ -19,8 +19,10 @@ could have learned it by heart), and no distractor equals the answer or another 
 
 Scoring takes a *log-probability function*: ``ids -> (len(ids) - 1,)`` tensor of
 ``ln P(ids[t] | ids[:t])`` for ``t = 1 .. len(ids) - 1``. ``network_log_probs`` makes one from a
-network (a ``GPT`` or any module mapping ``(B, T)`` ids to logits), ``ngram_log_probs`` from a
-counting model, ``uniform_log_probs`` for the uniform guess; ``evaluate`` scores every question
+network (a ``GPT`` or any causal module mapping ``(B, T)`` ids to logits; it also scores many
+sequences in one forward pass of padded rows, and ``evaluate`` gives it every candidate of every
+question at once), ``ngram_log_probs`` from a counting model, ``uniform_log_probs`` for the
+uniform guess; ``evaluate`` scores every question
 and gives both accuracies with a 95% Wilson interval. A tie between the top candidates earns a
 fraction of a point (1 / the number tied, when the answer is among them): a model that cannot
 tell the candidates apart scores chance, not whatever a tie-break favours.
@@ -41,6 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.checks import check_choice, check_instance, check_int
+from tinygpt.model import GPT
 from tinygpt.ngram import NGramModel
 from tinygpt.tokenizer import Tokenizer
 
@@ -214,33 +217,163 @@ def wilson_interval(successes: float, n: int, z: float = 1.959963984540054) -> t
     return low, high
 
 
-def network_log_probs(model: nn.Module, block_size: int) -> LogProbs:
-    """The log-probability function of a network that maps ``(B, T)`` ids to ``(B, T, V)``
-    logits (or to ``(logits, loss)``, as ``GPT`` does), reading at most ``block_size`` tokens of
-    context: a longer sequence is scored in one pass over its last ``block_size + 1`` ids, so
-    only its last ``block_size`` predictions are returned with full accuracy -- enough for a
-    candidate line after a short opening."""
-    check_instance(model, nn.Module, "model")
-    check_int(block_size, "block_size")
+class NetworkLogProbs:
+    """``network_log_probs``'s function: ``self(ids)`` scores one sequence; ``self.many(seqs)``
+    scores many at once, in batches of right-padded rows (a causal network's prediction at a
+    position does not depend on what follows it, so the padding changes nothing), giving what
+    ``self`` gives for each one up to float rounding."""
 
-    def log_probs(ids: Sequence[int]) -> Tensor:
-        x = torch.as_tensor(list(ids), dtype=torch.long)[None]  # (1, T)
-        if x.shape[1] < 2:
-            raise ValueError("log_probs needs at least 2 ids (one prediction)")
-        x = x[:, -(block_size + 1):]
+    def __init__(self, model: nn.Module, block_size: int, batch_tokens: int) -> None:
+        self.model, self.block_size, self.batch_tokens = model, block_size, batch_tokens
+
+    def __call__(self, ids: Sequence[int]) -> Tensor:
+        return self.many([ids])[0]
+
+    def many(self, sequences: Sequence[Sequence[int]]) -> list[Tensor]:
+        """Each sequence's ``(len - 1,)`` log-probabilities (float64, ``nan`` beyond the
+        context), in order. Sequences of similar length share a forward pass of at most
+        ``batch_tokens`` padded positions."""
+        windows = []  # each one's last block_size + 1 ids: what one pass of its own reads
+        for ids in sequences:
+            if len(ids) < 2:
+                raise ValueError("log_probs needs at least 2 ids (one prediction)")
+            windows.append(torch.as_tensor(list(ids)[-(self.block_size + 1):], dtype=torch.long))
+        order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
+        chosen: list[Tensor] = [torch.empty(0)] * len(windows)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                start = 0
+                while start < len(order):  # a batch: the next rows while they fit batch_tokens
+                    stop = start + 1  # (sorted by length: the last row taken is the longest)
+                    while stop < len(order) and (stop + 1 - start) * (
+                            len(windows[order[stop]]) - 1) <= self.batch_tokens:
+                        stop += 1
+                    width = len(windows[order[stop - 1]]) - 1  # predictions of the longest row
+                    rows = [windows[i] for i in order[start:stop]]
+                    x = torch.zeros(len(rows), width + 1, dtype=torch.long)  # (B, width + 1)
+                    for r, row in enumerate(rows):
+                        x[r, : len(row)] = row  # right-padded with id 0
+                    out = self.model(x[:, :-1])
+                    logits = out[0] if isinstance(out, tuple) else out  # (B, width, V)
+                    picked = F.log_softmax(logits.float(), dim=-1).gather(
+                        2, x[:, 1:, None])[:, :, 0]  # (B, width)
+                    for r, i in enumerate(order[start:stop]):
+                        chosen[i] = picked[r, : len(rows[r]) - 1]
+                    start = stop
+        finally:
+            self.model.train(was_training)
+        out_list = []
+        for ids, got in zip(sequences, chosen):
+            pad = torch.full((len(ids) - 1 - len(got),), float("nan"))  # beyond the context
+            out_list.append(torch.cat([pad, got.double()]))
+        return out_list
+
+    def after(self, groups: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]
+              ) -> list[list[Tensor]]:
+        """For each ``(prefix, endings)``: each ending's ``(len(ending),)`` log-probabilities
+        after ``prefix`` (float64, ``nan`` beyond the context), as ``self(prefix + ending)``
+        gives them. For a ``GPT``, a prefix that fits the context with each of its endings is
+        read once: its keys and values (``KVCache``) are copied to a row for each ending, which
+        reads on from there; prefixes of one length share a pass. Other groups go through
+        ``many``."""
+        out: list[list[Tensor]] = [[] for _ in groups]
+        by_length: dict[int, list[int]] = {}  # prefix length -> the groups read once
+        rest = []
+        for g, (prefix, endings) in enumerate(groups):
+            if not endings or min(len(e) for e in endings) < 1 or len(prefix) < 1:
+                raise ValueError("after needs a prefix and endings of at least 1 id each")
+            fits = len(prefix) + max(len(e) for e in endings) - 1 <= self.block_size
+            if isinstance(self.model, GPT) and fits:
+                by_length.setdefault(len(prefix), []).append(g)
+            else:
+                rest.append(g)
+        joined = [list(groups[g][0]) + list(e) for g in rest for e in groups[g][1]]
+        scored = iter(self.many(joined))
+        for g in rest:
+            out[g] = [next(scored)[len(groups[g][0]) - 1:] for _ in groups[g][1]]
+        model = self.model
+        if not isinstance(model, GPT):  # every group went through many
+            return out
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad():
-                out = model(x[:, :-1])
+                for members in by_length.values():
+                    for part in self._parts(members, groups):
+                        found = _shared_prefix(model, [groups[g] for g in part])
+                        for g, got in zip(part, found):
+                            out[g] = got
         finally:
             model.train(was_training)
-        logits = out[0] if isinstance(out, tuple) else out  # (1, T, V)
-        chosen = F.log_softmax(logits.float(), dim=-1)[0].gather(1, x[0, 1:, None])[:, 0]
-        pad = torch.full((len(ids) - 1 - len(chosen),), float("nan"))  # beyond the context
-        return torch.cat([pad, chosen.double()])
+        return out
 
-    return log_probs
+    def _parts(self, members: list[int], groups: Sequence[tuple[Sequence[int],
+               Sequence[Sequence[int]]]]) -> list[list[int]]:
+        """``members`` (groups of one prefix length) in parts whose ending rows fit
+        ``batch_tokens`` padded positions (a part holds one group at least)."""
+        parts: list[list[int]] = []
+        rows = width = 0
+        for g in members:
+            n, w = len(groups[g][1]), max(len(e) for e in groups[g][1]) - 1
+            if parts and (rows + n) * max(width, w, 1) <= self.batch_tokens:
+                parts[-1].append(g)
+                rows, width = rows + n, max(width, w)
+            else:
+                parts.append([g])
+                rows, width = n, w
+        return parts
+
+
+def _shared_prefix(model: GPT, part: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]
+                   ) -> list[list[Tensor]]:
+    """``after`` for groups whose prefixes have one length, in two passes of a GPT: the
+    prefixes, then every ending after a copy of its prefix's keys and values."""
+    prefixes = torch.tensor([list(prefix) for prefix, _ in part])  # (G, P)
+    caches = model.new_caches(len(part))
+    last = model(prefixes, caches=caches, last_only=True)  # (G, 1, V): the first ending ids
+    first = F.log_softmax(last[:, 0].float(), dim=-1)  # (G, V)
+    owner = torch.tensor([g for g, (_, endings) in enumerate(part) for _ in endings])  # (R,)
+    endings = [list(e) for _, group in part for e in group]
+    width = max(len(e) for e in endings) - 1  # inputs of the longest ending
+    picked = torch.empty(len(endings), 0)
+    if width > 0:
+        P = prefixes.shape[1]
+        rows = model.new_caches(len(endings))
+        for row, cache in zip(rows, caches):  # each ending's row starts from its prefix's
+            row.k[:, :, :P] = cache.k[owner, :, :P]
+            row.v[:, :, :P] = cache.v[owner, :, :P]
+            row.length = P
+        x = torch.zeros(len(endings), width + 1, dtype=torch.long)  # (R, width + 1)
+        for r, e in enumerate(endings):
+            x[r, : len(e)] = torch.tensor(e)  # right-padded with id 0
+        logits = model(x[:, :-1], caches=rows)  # (R, width, V)
+        picked = F.log_softmax(logits.float(), dim=-1).gather(2, x[:, 1:, None])[:, :, 0]
+    out: list[list[Tensor]] = [[] for _ in part]
+    for r, e in enumerate(endings):
+        g = int(owner[r])
+        head = first[g, e[0]].reshape(1)
+        out[g].append(torch.cat([head, picked[r, : len(e) - 1]]).double())
+    return out
+
+
+BATCH_TOKENS = 4096  # padded positions per forward pass of NetworkLogProbs.many and .after
+
+
+def network_log_probs(model: nn.Module, block_size: int, *,
+                      batch_tokens: int = BATCH_TOKENS) -> NetworkLogProbs:
+    """The log-probability function of a network that maps ``(B, T)`` ids to ``(B, T, V)``
+    logits (or to ``(logits, loss)``, as ``GPT`` does), reading at most ``block_size`` tokens of
+    context: a longer sequence is scored in one pass over its last ``block_size + 1`` ids, so
+    only its last ``block_size`` predictions are returned with full accuracy -- enough for a
+    candidate line after a short opening. The network must be causal (a position's logits read
+    only the ids up to it): its ``many`` scores many sequences in one pass of padded rows, its
+    ``after`` many endings of shared prefixes (``evaluate`` uses it)."""
+    check_instance(model, nn.Module, "model")
+    check_int(block_size, "block_size")
+    check_int(batch_tokens, "batch_tokens")
+    return NetworkLogProbs(model, block_size, batch_tokens)
 
 
 def ngram_log_probs(model: NGramModel) -> LogProbs:
@@ -271,16 +404,29 @@ def uniform_log_probs(vocab_size: int) -> LogProbs:
 def choice_log_probs(log_probs: LogProbs, tokenizer: Tokenizer,
                      question: Question) -> list[float]:
     """Each candidate's total log-probability after the opening (its tokens only)."""
-    opening = tokenizer.encode(question.opening)
-    totals = []
-    for choice in question.choices:
-        ids = opening + tokenizer.encode(choice)
-        scores = log_probs(ids)[len(opening) - 1:]  # the predictions of the candidate's tokens
-        if torch.isnan(scores).any():
+    return all_choice_log_probs(log_probs, tokenizer, [question])[0]
+
+
+def all_choice_log_probs(log_probs: LogProbs, tokenizer: Tokenizer,
+                         questions: Sequence[Question]) -> list[list[float]]:
+    """``choice_log_probs`` of every question, in order: a function with an ``after`` method
+    (``NetworkLogProbs``) scores all the candidates of all the questions in batches, any other
+    one candidate at a time."""
+    groups = [(tokenizer.encode(q.opening), [tokenizer.encode(c) for c in q.choices])
+              for q in questions]  # each opening encoded once for its candidates
+    after = getattr(log_probs, "after", None)
+    if callable(after):
+        scored = after(groups)
+    else:
+        scored = [[log_probs(opening + ids)[len(opening) - 1:] for ids in choices]
+                  for opening, choices in groups]
+    by_question = []
+    for each in scored:
+        if any(torch.isnan(scores).any() for scores in each):
             raise ValueError("the model's context is too short to score a candidate: each "
                              "needs the opening and the candidate's tokens in one window")
-        totals.append(float(scores.sum()))
-    return totals
+        by_question.append([float(scores.sum()) for scores in each])
+    return by_question
 
 
 def _credit(scores: Sequence[float], answer: int) -> float:
@@ -298,8 +444,7 @@ def evaluate(log_probs: LogProbs, tokenizer: Tokenizer,
     raw = normalised = answer_nats = 0.0
     answer_chars = 0
     credits = []
-    for q in questions:
-        totals = choice_log_probs(log_probs, tokenizer, q)
+    for q, totals in zip(questions, all_choice_log_probs(log_probs, tokenizer, questions)):
         credits.append(_credit(totals, q.answer))
         raw += credits[-1]
         normalised += _credit([t / len(c) for t, c in zip(totals, q.choices)], q.answer)

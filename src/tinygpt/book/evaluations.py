@@ -97,7 +97,8 @@ def compute_genre_comparison(draw: int = 0) -> dict[str, Any]:
     with a 95% interval that resamples whole plays (``play_interval``): the speeches of one play
     are not independent. ``test_example_plays`` names each test speech's play, for paired
     comparisons by play (``tinygpt.significance``)."""
-    tokenizer = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)[0]
+    book = trained_model.book_model(progress=False)
+    tokenizer = book.tokenizer  # book_data's, saved with the model: not encoded all over again
     every = genre.examples(plays(), length=trained_model.BOOK_RECIPE.model.block_size)
     test_titles = genre.held_out_titles(plays(), seed=draw)
     train, test = genre.split(every, test_titles)
@@ -118,7 +119,7 @@ def compute_genre_comparison(draw: int = 0) -> dict[str, Any]:
         bayes = genre.NaiveBayes().fit([e.text for e in train], [e.label for e in train])
         add("naive Bayes on words", bayes.predict([e.text for e in test]),
             sum(len(c) for c in bayes.counts) + len(genre.LABELS), time.perf_counter() - start)
-        base = trained_model.book_model(progress=False).model
+        base = book.model
         start = time.perf_counter()
         probe = genre.SpeechClassifier(copy.deepcopy(base)).requires_grad_(False)
         probe.head.requires_grad_(True)
@@ -173,10 +174,13 @@ def compute_dynamic_evaluation() -> dict[str, Any]:
     settings, one thread: each one's static and dynamic loss (nats per character), and the
     dynamic loss over each tenth of the split. Minutes on 2 cores: a step for every window."""
     rows = []
+    splits: dict[str, torch.Tensor] = {}  # corpus -> its validation ids, encoded once
     for key in DYNAMIC_RUNGS:
         recipe = ladder.trained_recipe(key)
         found = trained_model.book_model(recipe, progress=False)
-        _, _, val_ids = trained_model.book_data(recipe.corpus)
+        if recipe.corpus not in splits:
+            splits[recipe.corpus] = trained_model.book_data(recipe.corpus)[2]
+        val_ids = splits[recipe.corpus]
         start = time.perf_counter()
         with one_thread():
             got = dynamic_score(found.model, val_ids, recipe.model.block_size, DYNAMIC_LR,

@@ -8,9 +8,11 @@ exact counting, the networks by ``tinygpt.book.scoring.score``. Each result is c
 (``tinygpt.book.results_cache``, keyed by the rung's recipe and the source of the code), so chapter
 8 lists the ladder (``ladder(through=8)``) without training anything again. ``train_rung(key)``
 trains a network rung by its fixed, seeded recipe and returns the model, so that the chapter that
-builds a rung shows the very model the ladder scores. The three small networks share one budget,
-``RUNG_TRAIN`` (the same steps and batches), at the sizes their chapters give them, not at equal
-parameter counts: the ladder shows what each model as built buys, not what more training buys.
+builds a rung shows the very model the ladder scores (its weights are cached with its loss: the
+chapters and the multiple-choice ladder load it, never train it twice). The three small networks
+share one budget, ``RUNG_TRAIN`` (the same steps and batches), at the sizes their chapters give
+them, not at equal parameter counts: the ladder shows what each model as built buys, not what
+more training buys.
 
 The book's model and the modern one are trained and cached by ``tinygpt.book.trained_model``; this
 module only reads their losses. Drawing the table is the chapter's job.
@@ -25,6 +27,7 @@ the compressors again).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import math
@@ -192,12 +195,66 @@ def _path(key: str) -> Path:
     return results_cache.folder() / f"ladder-{key}-{digest}.json"
 
 
+def _state_json(model: nn.Module) -> dict[str, Any]:
+    """``model``'s weights as JSON, exactly: each tensor's shape and its float32 bytes
+    (little-endian), base64-coded."""
+    return {name: {"shape": list(t.shape), "float32": base64.b64encode(
+                t.detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
+            ).decode("ascii")} for name, t in model.state_dict().items()}
+
+
+def _load_state(model: nn.Module, found: Any) -> bool:
+    """Load ``_state_json``'s weights into ``model``; False (``model`` unchanged) unless they are
+    exactly its tensors, by name and shape."""
+    own = model.state_dict()
+    if not isinstance(found, dict) or set(found) != set(own):
+        return False
+    state = {}
+    for name, t in own.items():
+        entry = found[name]
+        try:
+            raw = base64.b64decode(entry["float32"], validate=True)
+            shape = tuple(entry["shape"])
+        except (TypeError, KeyError, ValueError):
+            return False
+        if shape != tuple(t.shape) or len(raw) != 4 * t.numel():
+            return False
+        state[name] = torch.frombuffer(bytearray(raw), dtype=torch.float32).view(shape).to(t.dtype)
+    model.load_state_dict(state)
+    return True
+
+
+def _cached_rung(key: str, vocab_size: int) -> TrainedRung | None:
+    """The trained rung ``key`` that ``train_rung`` cached with its loss, or None (not cached,
+    cached by an earlier version without its weights, or weights that do not fit)."""
+    found = results_cache.read_json(_path(key))
+    if not isinstance(found, dict) or found.get("rung") != key or "state" not in found:
+        return None
+    loss, train_losses, train_s = found.get("loss"), found.get("train_losses"), found.get("train_s")
+    if not (type(loss) is float and math.isfinite(loss) and type(train_s) is float
+            and isinstance(train_losses, list) and all(type(v) is float for v in train_losses)):
+        return None
+    with torch.random.fork_rng(devices=[]):  # building draws initial weights: the caller's
+        model = _build(key, vocab_size)  # random state is kept
+    if not _load_state(model, found["state"]):
+        warnings.warn(f"ignoring the weights in the cache entry {_path(key)}: they do not fit "
+                      f"the rung {key!r}; training it again", stacklevel=3)
+        return None
+    return TrainedRung(key, model.eval(), loss, train_losses, train_s)
+
+
 def train_rung(key: str) -> TrainedRung:
-    """Train network rung ``key`` (``context_mlp``, ``attention_only`` or ``one_block``) by its
+    """Network rung ``key`` (``context_mlp``, ``attention_only`` or ``one_block``) trained by its
     recipe: seeded by ``RUNG_TRAIN.seed``, on the book's training split, ``RUNG_TRAIN``'s budget,
-    one thread. Score it on the validation split, cache the loss, and return the model."""
+    one thread, and scored on the validation split. The model, its loss, its training losses
+    and seconds are cached together (the weights exactly, in the entry ``rung_loss`` reads), so
+    a second call, in this process or another, loads what the first one trained instead of
+    training it again."""
     _check_key(key, TRAINED)
     tok, train_ids, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
+    found = _cached_rung(key, tok.vocab_size)
+    if found is not None:
+        return found
     with torch.random.fork_rng(devices=[]), one_thread():  # the caller's random state is kept
         torch.manual_seed(RUNG_TRAIN.seed)
         model = _build(key, tok.vocab_size)
@@ -205,7 +262,8 @@ def train_rung(key: str) -> TrainedRung:
         train_losses = fit(model, train_ids, BLOCK_SIZE, RUNG_TRAIN)
         train_s = time.perf_counter() - start
         loss = score(model.eval(), val_ids, BLOCK_SIZE)
-    results_cache.write_json(_path(key), {"rung": key, "loss": loss})
+    results_cache.write_json(_path(key), {"rung": key, "loss": loss, "train_losses": train_losses,
+                                          "train_s": train_s, "state": _state_json(model)})
     return TrainedRung(key, model, loss, train_losses, train_s)
 
 
