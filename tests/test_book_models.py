@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tinygpt.book import models
@@ -49,3 +50,38 @@ def test_make_book_makes_the_models_first_and_no_cell_times_out():
     assert "--nbval-cell-timeout=86400" in makefile
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     assert config["execute"]["timeout"] == -1  # nbclient: no timeout
+
+
+def record_process(folder: Path, name: str) -> None:  # made in a spawned process
+    import os
+
+    if name == "fails":
+        raise RuntimeError("this step failed")
+    (folder / name).write_text(str(os.getpid()), encoding="utf-8")
+
+
+def test_side_by_side_steps_run_in_processes_of_their_own(tmp_path, capsys):
+    import functools
+    import os
+
+    models.side_by_side(["x", "y"], make=functools.partial(record_process, tmp_path))
+    pids = {(tmp_path / n).read_text(encoding="utf-8") for n in ("x", "y")}
+    assert str(os.getpid()) not in pids and len(pids) == 2
+    out = capsys.readouterr().out
+    assert "== x: " in out and "== y: " in out
+    with pytest.raises(RuntimeError, match="this step failed"):
+        models.side_by_side(["x", "fails"], make=functools.partial(record_process, tmp_path))
+
+
+@pytest.mark.parametrize("free, together", [(2, True), (1, False)])
+def test_the_one_thread_steps_run_together_only_on_free_cores(monkeypatch, capsys, free,
+                                                              together):
+    made: list[str] = []
+    names = ["a", *models.SIDE_BY_SIDE, "z"]
+    monkeypatch.setattr(models, "steps", lambda: [(n, lambda n=n: made.append(n)) for n in names])
+    monkeypatch.setattr(models, "threads_free", lambda *args: free)
+    monkeypatch.setattr(models, "side_by_side", lambda group: made.append(tuple(group)))
+    assert models.main() == 0
+    assert made == (["a", tuple(models.SIDE_BY_SIDE), "z"] if together else names)
+    out = capsys.readouterr().out
+    assert all(f"== {name}" in out for name in names)
