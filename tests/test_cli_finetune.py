@@ -286,3 +286,29 @@ def test_a_second_finetune_into_a_folder_in_use_is_refused(tuned, tmp_path, caps
         assert sorted(p.name for p in out.iterdir()) == [".tinygpt.lock"]
     finally:
         first.communicate("\n", timeout=30)
+
+
+def test_the_plays_by_name_fine_tune_a_tiny_model_end_to_end(tmp_path, capsys, monkeypatch):
+    """``--data plays``: the book's training conversations (``book.chat_model.conversations``),
+    fitted to a tiny model's characters and context, tuned, and the result answers from a pipe
+    as the replier it was tuned to."""
+    import io
+    import sys
+
+    from tinygpt.book.chat_model import conversations
+
+    plays = conversations()[0]
+    code, out, err = finetune(capsys, base(tmp_path / "base"), "--data", "plays", "--out",
+                              tmp_path / "chat", "--max-iters", "2", "--batch-size", "4")
+    assert code == 0, err
+    assert "characters the model does not know were mapped or dropped" in err  # TEXT's only
+    tuned = int(out.split(" on ")[1].split(" conversations")[0].replace(",", ""))
+    assert 0 < tuned <= len(plays)  # the pairs that fit a 64-character context
+    ckpt = load_checkpoint(tmp_path / "chat")
+    assert [r["step"] for r in ckpt.history if "loss" in r] == [0, 1]
+    speaker, replier = chat.trained_names(ckpt.history)
+    # the names of a pair of the plays, in the characters the model knows (TEXT's capitals only)
+    assert (speaker.upper(), replier.upper()) in {(c.speaker, c.replier) for c in plays}
+    monkeypatch.setattr(sys, "stdin", io.StringIO("But soft\n"))
+    assert main(["chat", str(tmp_path / "chat"), "--max-chars", "5"]) == 0
+    assert capsys.readouterr().out.startswith(f"{replier}:\n")
