@@ -658,3 +658,17 @@ def test_prepare_of_a_device_or_fifo_says_what_it_is_not_no_such_file(capsys, tm
     assert "no such file" not in err  # was: "/dev/zero: no such file, no file in that folder..."
     assert ("a character device" if kind == "device" else "a FIFO") in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_killed_runs_shards_are_kept_from_a_run_of_other_options(tmp_path, monkeypatch):
+    """A prepare of other options (or inputs) into a killed run's folder is refused, its
+    finished shards kept, unless --overwrite; the same options then finish the killed run."""
+    corpus = make_corpus(tmp_path / "in")
+    out = killed_run(corpus, tmp_path / "out", monkeypatch)
+    before = folder_bytes(out)
+    other = Options(tokenizer="bpe", vocab_size=300, val_fraction=0.25, seed=4, shard_tokens=700)
+    with pytest.raises(ValueError, match=r"unfinished run of other inputs or options.*--overwrite"):
+        prepare_run.write_shards(corpus, out, other, workers=1)
+    assert folder_bytes(out) == before  # nothing deleted
+    prepare_run.write_shards(corpus, out, other, workers=1, overwrite=True)
+    assert read_manifest(out)["fingerprint"]["options"]["seed"] == 4

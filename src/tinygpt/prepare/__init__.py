@@ -2,7 +2,8 @@
 
 ``write_shards`` is the run: check the inputs and the output folder (only prepare's own files are
 ever replaced), reuse a finished folder of the same inputs and options (checked by its manifest)
-or the finished shards of a killed run (``.shards-progress.json``), make the tokenizer, encode the
+or the finished shards of a killed run (``.shards-progress.json``; those of a killed run of
+other inputs or options are replaced only with ``overwrite``), make the tokenizer, encode the
 documents' parts in worker processes (``tinygpt.prepare.workers``), cut each split's tokens into
 shards of ``shard_tokens``, write each to a temporary name and rename it, and write
 ``shards.json`` last. Which files and parts: ``tinygpt.prepare.documents``. It does not read
@@ -129,6 +130,17 @@ def _reusable(out: Path, name: str, fp: dict[str, Any]) -> dict[str, Any] | None
     return manifest
 
 
+def _other_run(out: Path, fp: dict[str, Any]) -> bool:
+    """Whether ``out`` holds the progress of a killed run of other inputs or options (one that
+    cannot be read is no run to finish: it is started over)."""
+    if not (out / S.PROGRESS).is_file():
+        return False
+    try:
+        return S.read_manifest(out, S.PROGRESS).get("fingerprint") != fp
+    except S.ShardError:
+        return False
+
+
 def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
                  options: Options | None = None, workers: int | None = None,
                  progress: bool = False, overwrite: bool = False) -> dict[str, Any]:
@@ -180,6 +192,11 @@ def _write_locked(files: list, out: Path, options: Options, workers: int, progre
         raise ValueError(f"{out} holds shards of other inputs or options (or altered ones): "
                          "choose another --out, or pass --overwrite to replace them")
     state = _reusable(out, S.PROGRESS, fp)
+    if state is None and not overwrite and _other_run(out, fp):
+        raise ValueError(f"{out} holds the finished shards of an unfinished run of other inputs "
+                         "or options (killed; its .shards-progress.json): run it again with "
+                         "those to finish it, choose another --out, or pass --overwrite to "
+                         "replace them")
     if state is None:
         for p in out.iterdir():  # only prepare's own files are in out (check_out)
             if p.name != LOCK_FILE and SHARDS_ENTRIES.owns(p.name):
