@@ -215,11 +215,35 @@ def test_resume_refuses_what_contradicts_the_checkpoint(capsys, corpus, tmp_path
     other = corpus.with_name("other.txt")
     other.write_text(TEXT.upper(), encoding="utf-8")
     assert_clear_error(*run(capsys, "train", "--data", other, "--out", out, "--resume",
-                            "--max-iters", 9)[::2], "does not fit", "not in the vocabulary")
+                            "--max-iters", 9)[::2], "not the data", "SHA-256")
     code, _, err = run(capsys, "train", "--data", corpus, "--out", out, *TINY)
     assert_clear_error(code, err, "already holds a checkpoint", "--resume")
     train_tiny(capsys, corpus, out, "--overwrite", "--max-iters", 2)
     assert load_checkpoint(out).step == 2
+
+
+def test_resume_refuses_other_data_or_split_and_keeps_its_own_split(capsys, corpus, tmp_path):
+    """A resumed run on another text, or with another --val-fraction, would train on other
+    text: refused naming the option. Left out, --val-fraction is the run's own."""
+    out = tmp_path / "run"
+    train_tiny(capsys, corpus, out, "--max-iters", 3, "--val-fraction", 0.2)
+    resume = ["--out", out, "--resume", "--max-iters", 6, "--quiet"]
+    lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
+    other = corpus.with_name("other.txt")
+    other.write_text("".join(reversed(lines)), encoding="utf-8")  # the same characters
+    assert_clear_error(*run(capsys, "train", "--data", other, *resume)[::2], f"--data {other}",
+                       "not the data", "SHA-256")
+    assert_clear_error(*run(capsys, "train", "--data", corpus, *resume, "--val-fraction",
+                            0.1)[::2], "--val-fraction 0.1", "--val-fraction 0.2",
+                       "leave --val-fraction out")
+    assert load_checkpoint(out).step == 3  # nothing was trained
+    code, _, err = run(capsys, "train", "--data", corpus, *resume)  # its own split: 0.2
+    assert code == 0, err
+    train_tiny(capsys, corpus, tmp_path / "straight", "--val-fraction", 0.2)
+    a, b = load_checkpoint(tmp_path / "straight"), load_checkpoint(out)
+    for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values(),
+                            strict=True):
+        assert torch.equal(p, q), name
 
 
 # --- options generated from the dataclasses ------------------------------------------------------

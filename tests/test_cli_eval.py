@@ -99,6 +99,37 @@ def test_compression_is_the_conditional_code_length():
     assert all(bits[k] < alone[k] for k in bits)  # the training text helps every compressor
 
 
+def test_ppmd_is_pyppmds_conditional_code_length_order_8():
+    """``--compression ppmd``: PPMd order 8 (variant H, 256 MiB) as chapter 14 measures it."""
+    import pyppmd
+
+    train, val = "to be or not to be, that is the question " * 30, "not to be, the answer"
+
+    def size(text: str) -> int:
+        return len(pyppmd.compress(text.encode(), max_order=8, mem_size=256 << 20,
+                                   variant="H"))
+
+    bits = compression_bits(train, val, ("gzip", "ppmd"))
+    assert list(bits) == ["gzip", "ppmd"]
+    assert bits["ppmd"] == 8 * (size(train + val) - size(train)) / len(val)
+    alone = compression_bits("", val, ("ppmd",))["ppmd"]
+    assert alone == 8 * size(val) / len(val)
+    assert 0 < bits["ppmd"] < alone  # what it learned from the training text helps
+
+
+def test_compression_names_its_kinds(text_and_ckpt, capsys):
+    text, ckpt = text_and_ckpt
+    for named, shown in [((), ["gzip", "bzip2", "xz"]), (("ppmd", "xz"), ["xz", "ppmd"]),
+                         (("all",), ["gzip", "bzip2", "xz", "ppmd"])]:
+        code, out, err = run(capsys, ckpt, "--data", text, "--json", "--compression", *named)
+        assert code == 0, err
+        assert list(json.loads(out)["compression_bits_per_character"]) == shown
+    code, out, err = run(capsys, ckpt, "--data", text, "--compression", "ppmd")
+    assert code == 0 and out.splitlines()[-1].startswith("PPMd order 8  "), out
+    code, _, err = run(capsys, ckpt, "--data", text, "--compression", "zip")
+    assert code == 2 and "invalid choice: 'zip'" in err and "ppmd" in err
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("--data", "nowhere.txt"), "--data nowhere.txt: no such file"),
     (("--val-fraction", "1.5"), "--val-fraction 1.5: must be between 0 and 1"),

@@ -4,6 +4,7 @@ memory, one-line CLI errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 import subprocess
@@ -658,3 +659,43 @@ def test_prepare_of_a_device_or_fifo_says_what_it_is_not_no_such_file(capsys, tm
     assert "no such file" not in err  # was: "/dev/zero: no such file, no file in that folder..."
     assert ("a character device" if kind == "device" else "a FIFO") in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_killed_runs_shards_are_kept_from_a_run_of_other_options(tmp_path, monkeypatch):
+    """A prepare of other options (or inputs) into a killed run's folder is refused, its
+    finished shards kept, unless --overwrite; the same options then finish the killed run."""
+    corpus = make_corpus(tmp_path / "in")
+    out = killed_run(corpus, tmp_path / "out", monkeypatch)
+    before = folder_bytes(out)
+    other = Options(tokenizer="bpe", vocab_size=300, val_fraction=0.25, seed=4, shard_tokens=700)
+    with pytest.raises(ValueError, match=r"unfinished run of other inputs or options.*--overwrite"):
+        prepare_run.write_shards(corpus, out, other, workers=1)
+    assert folder_bytes(out) == before  # nothing deleted
+    prepare_run.write_shards(corpus, out, other, workers=1, overwrite=True)
+    assert read_manifest(out)["fingerprint"]["options"]["seed"] == 4
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "bpe"])
+def test_a_file_growing_while_it_is_read_is_read_to_its_size_at_the_start(tmp_path, monkeypatch,
+                                                                          tokenizer):
+    """A writer appending to an input once the run has begun (a log, a download) changes
+    nothing: the run reads, hashes and records each file's size at its start."""
+    import shutil
+
+    options = dataclasses.replace(TINY_SHARDS, tokenizer=tokenizer, vocab_size=270)
+    straight = prepare_run.write_shards(make_small_corpus(tmp_path / "a"), tmp_path / "straight",
+                                        options, workers=1)
+    corpus = tmp_path / "b"
+    shutil.copytree(tmp_path / "a", corpus)
+    real = prepare_run.fingerprint
+
+    def then_grows(*args, **kwargs):  # the inputs as the run began, then a writer appends
+        found = real(*args, **kwargs)
+        with open(corpus / "doc1.txt", "a", encoding="utf-8") as f:
+            f.write(" ZEBRA QUAGGA" * 500)
+        return found
+
+    monkeypatch.setattr(prepare_run, "fingerprint", then_grows)
+    grown = prepare_run.write_shards(corpus, tmp_path / "grown", options, workers=1)
+    assert grown["tokens"] == straight["tokens"] and grown["vocab_size"] == straight["vocab_size"]
+    assert folder_bytes(tmp_path / "grown") == folder_bytes(tmp_path / "straight")

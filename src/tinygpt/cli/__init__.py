@@ -32,7 +32,13 @@ from tinygpt.cli.options import dataclass_options, name_options
 from tinygpt.cli.prepare import add_prepare
 from tinygpt.cli.sample import run_sample
 from tinygpt.cli.sampling_options import add_sampling_options
-from tinygpt.cli.train import CLI_DEFAULTS, CORPORA, DEFAULT_BPE_VOCAB, run_train
+from tinygpt.cli.train import (
+    CLI_DEFAULTS,
+    CORPORA,
+    DEFAULT_BPE_VOCAB,
+    DEFAULT_VAL_FRACTION,
+    run_train,
+)
 from tinygpt.config import GPTConfig, TrainConfig
 
 EPILOG = """\
@@ -74,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
          "learned on the training part", shown="char", choices=("char", "bpe"))
     add_option(io, "--vocab-size", "the BPE tokenizer's size, 256 bytes + merges (bpe only)",
          shown=DEFAULT_BPE_VOCAB, type=int, metavar="N")
-    add_option(io, "--val-fraction", "the last part of the text, held out for validation (resume "
-         "with the same)", type=float, default=0.1, metavar="F")
+    add_option(io, "--val-fraction", "the last part of the text, held out for validation (a "
+         "resumed run keeps its own)", type=float, shown=DEFAULT_VAL_FRACTION, metavar="F")
     add_option(io, "--out", "the checkpoint folder to write (or to resume)", required=True,
          metavar="DIR")
     add_option(io, "--resume", "continue the checkpoint in --out with its model and tokenizer "

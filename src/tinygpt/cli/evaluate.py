@@ -11,10 +11,12 @@ see; ``--split all``: the whole text, for a held-out file), and what is printed,
   UTF-8 for a byte-level BPE tokenizer, whose tokens are bytes);
 - ``--multiple-choice``: chapter 14's benchmark (``tinygpt.multiple_choice``), built from the
   part and the text before it, for each place a line is cut;
-- ``--compression``: what general compressors need for the same text, the baselines a model
-  should beat: the conditional code length ``len(C(train + val)) - len(C(train))`` of gzip,
-  bzip2 and xz (the standard library's), in bits per character (``compression_bits``; with
-  ``--split all`` there is no training part and it is ``len(C(val))``).
+- ``--compression [KIND ...]``: what general compressors need for the same text, the baselines
+  a model should beat: the conditional code length ``len(C(train + val)) - len(C(train))`` in
+  bits per character (``compression_bits``; with ``--split all`` there is no training part and
+  it is ``len(C(val))``) of gzip, bzip2 and xz (the standard library's; the default) and
+  ``ppmd``, PPMd order 8 (``tinygpt.book.compression``, chapter 14's strongest baseline: slower,
+  and up to 256 MiB of memory); ``all`` is the four.
 
 It does not train or sample. A character the tokenizer does not hold is refused with its
 position in the file.
@@ -39,10 +41,13 @@ COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
     "xz": lambda b: lzma.compress(b, preset=9 | lzma.PRESET_EXTREME),
 }
 
+PPMD, PPMD_ORDER = "ppmd", 8  # chapter 14's PPMd: variant H, contexts of up to 8 bytes
+
 EPILOG = """\
 examples:
   tinygpt eval out/shakespeare-char                       (the book's validation split)
   tinygpt eval out/notes --data notes.txt --multiple-choice --compression
+  tinygpt eval out/notes --data notes.txt --compression ppmd xz
   tinygpt eval out/notes --data held-out.txt --split all --json
 """
 
@@ -67,25 +72,44 @@ def add_eval(commands: Any, add_option: Any) -> None:
                action="store_true")
     add_option(parser, "--questions", "multiple-choice questions per cut", type=int,
                default=500, metavar="INT")
-    add_option(parser, "--compression", "also gzip, bzip2 and xz baselines",
-               action="store_true")
+    add_option(parser, "--compression", "also compression baselines: any of gzip, bzip2, xz, "
+               "ppmd (PPMd order 8) or all; none named: gzip, bzip2 and xz", nargs="*",
+               choices=(*COMPRESSORS, PPMD, "all"), metavar="KIND")
     add_option(parser, "--json", "print one JSON object instead of a table", action="store_true")
     add_option(parser, "--device", "cpu, cuda, cuda:N, mps or auto", default="cpu")
     parser.set_defaults(run=run_eval)
 
 
-def compression_bits(train: str, val: str) -> dict[str, float]:
-    """Bits per character of ``val`` for each compressor, given ``train`` before it:
-    ``8 (len(C(train + val)) - len(C(train))) / len(val)`` (``len(C(val))`` if ``train`` is
-    empty)."""
+def compression_bits(train: str, val: str,
+                     kinds: tuple[str, ...] = tuple(COMPRESSORS)) -> dict[str, float]:
+    """Bits per character of ``val`` for each compressor of ``kinds`` (``COMPRESSORS``' names
+    and ``ppmd``), given ``train`` before it: ``8 (len(C(train + val)) - len(C(train))) /
+    len(val)`` (``len(C(val))`` if ``train`` is empty)."""
     if not val:
         raise ValueError("no text to compress")
     before, whole = train.encode("utf-8"), (train + val).encode("utf-8")
     out = {}
-    for name, compress in COMPRESSORS.items():
+    for name in kinds:
+        if name == PPMD:  # the book's PPMd, order 8, measured as the book measures it
+            from tinygpt.book.compression import Compressor, code_length
+
+            out[name] = code_length(Compressor("ppmd", order=PPMD_ORDER), val,
+                                    train).bits_per_char
+            continue
+        compress = COMPRESSORS[name]
         extra = len(compress(whole)) - (len(compress(before)) if before else 0)
         out[name] = 8 * extra / len(val)
     return out
+
+
+def compression_kinds(named: list[str] | None) -> tuple[str, ...]:
+    """The compressors ``--compression`` names, in the table's order (none named: the three of
+    the standard library; ``all``: those and PPMd)."""
+    if named is None:
+        return ()
+    every = (*COMPRESSORS, PPMD)
+    wanted = set(named or COMPRESSORS) if "all" not in named else set(every)
+    return tuple(k for k in every if k in wanted)
 
 
 def encode(tokenizer: Any, text: str, where: str, first: int = 0) -> list[int]:
@@ -148,8 +172,9 @@ def run_eval(args: argparse.Namespace, argv: list[str]) -> int:
     if args.multiple_choice:
         result["multiple_choice"] = multiple_choice(model, ckpt.tokenizer, train, val, T,
                                                     args.questions, args.data)
-    if args.compression:
-        result["compression_bits_per_character"] = compression_bits(train, val)
+    kinds = compression_kinds(args.compression)
+    if kinds:
+        result["compression_bits_per_character"] = compression_bits(train, val, kinds)
     print(json.dumps(result, indent=1) if args.json else table(result, unit))
     return 0
 
@@ -189,6 +214,7 @@ def table(result: dict[str, Any], unit: str) -> str:
                      f"{raw['high']:.3f}], {norm['value']:.3f} per character, "
                      f"{row['questions']} questions (chance 0.25)"))
     for name, bits in result.get("compression_bits_per_character", {}).items():
-        rows.append((name, f"{bits:.4f} bits per character"))
+        shown = f"PPMd order {PPMD_ORDER}" if name == PPMD else name
+        rows.append((shown, f"{bits:.4f} bits per character"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

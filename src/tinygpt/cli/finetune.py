@@ -25,13 +25,16 @@ the weights before saving; without it every weight is trained.
 Safety is ``tinygpt train``'s: ``--out`` is checked before any work (``check_out_dir``: never a
 user's file, a non-empty folder or an existing checkpoint without ``--overwrite``), held locked
 for the run (``claim``), and the checkpoint is written atomically (``save_checkpoint``); a
-progress bar shows the loss and the time left. It does not resume an interrupted run: a
-fine-tuning of the book's size takes minutes; run it again.
+progress bar shows the loss and the time left. The run is saved every ``--save-every`` steps;
+an interrupted one continues with the same command and ``--resume``, to the weights an
+uninterrupted run ends with (``tinygpt.cli.finetune_run``): the same checkpoint, examples and
+options are checked, and a difference is refused naming it.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 import json
 import sys
@@ -46,6 +49,7 @@ examples:
   tinygpt finetune out/base --data plays --out out/chat --max-iters 300
   tinygpt finetune out/base --data talks.jsonl --out out/chat --lora-rank 8
   tinygpt finetune out/chat --dpo pairs.jsonl --out out/chat-dpo --beta 0.1
+  tinygpt finetune out/base --data plays --out out/chat --max-iters 300 --resume   (after ^C)
 """
 
 
@@ -66,6 +70,10 @@ def add_finetune(commands: Any, add_option: Any) -> None:
                metavar="DIR")
     add_option(parser, "--overwrite", "replace a checkpoint in --out (files tinygpt did not "
                "write are never touched)", action="store_true")
+    add_option(parser, "--resume", "continue the interrupted run in --out (give the same "
+               "CHECKPOINT, data and options)", action="store_true")
+    add_option(parser, "--save-every", "save the run every this many steps, to --resume it",
+               type=int, default=50, metavar="INT")
     add_option(parser, "--lora-rank", "train a LoRA change of this rank instead of every weight",
                type=int, metavar="R")
     add_option(parser, "--max-iters", "optimizer steps", type=int, default=300, metavar="INT")
@@ -188,34 +196,81 @@ def fitted(conversations: list[Any], known: set[str], block_size: int) -> tuple[
 
 
 def run_finetune(args: argparse.Namespace, argv: list[str]) -> int:
-    """``tinygpt finetune``: check, read, fine-tune, save, print a summary line."""
+    """``tinygpt finetune``: check, read, fine-tune (or resume), save, print a summary line."""
     import torch
-    from tqdm.auto import tqdm
 
-    from tinygpt import chat, dpo
-    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
-    from tinygpt.checkpoint.folder import check_out_dir, claim
-    from tinygpt.cli.fold import fold
+    from tinygpt.checkpoint import load_checkpoint
+    from tinygpt.checkpoint.folder import check_out_dir
+    from tinygpt.cli import finetune_run as R
     from tinygpt.config import TrainConfig
-    from tinygpt.lora import add_lora, merge_lora
-    from tinygpt.tokenizer import CharTokenizer
+    from tinygpt.lora import add_lora
 
     if (args.data is None) == (args.dpo is None):
         raise ValueError("give --data CONVERSATIONS (fine-tuning to chat) or --dpo PAIRS "
                          "(preference tuning), one of them")
     preflight.check_seed(args.seed)
-    for flag, value in (("--max-iters", args.max_iters), ("--batch-size", args.batch_size)):
+    for flag, value in (("--max-iters", args.max_iters), ("--batch-size", args.batch_size),
+                        ("--save-every", args.save_every)):
         if value < 1:
             raise ValueError(f"{flag} {value}: must be at least 1")
-    out = check_out_dir(args.out, data=args.data or args.dpo, overwrite=args.overwrite)
+    out = check_out_dir(args.out, data=args.data or args.dpo, resume=args.resume,
+                        overwrite=args.overwrite)
     if Path(args.checkpoint).expanduser().resolve() == out.resolve():
         raise ValueError(f"--out {args.out} is the checkpoint fine-tuned: write it to a folder "
                          "of its own")
-    if (out / "checkpoint.json").exists() and not args.overwrite:
-        raise ValueError(f"--out {args.out} holds a checkpoint already: choose a new folder, or "
-                         "pass --overwrite to replace it")
-    ckpt = load_checkpoint(args.checkpoint)
-    model, tokenizer = ckpt.model, ckpt.tokenizer
+    if args.resume and args.overwrite:
+        raise ValueError("--resume continues the run in --out and --overwrite replaces it: "
+                         "give one of them")
+    interrupted = None
+    if args.resume:
+        interrupted = load_checkpoint(out)
+        saved = R.interrupted_settings(interrupted, out)
+    elif (out / "checkpoint.json").exists() and not args.overwrite:
+        raise ValueError(f"--out {args.out} holds a checkpoint already: choose a new folder, "
+                         "pass --overwrite to replace it, or --resume to continue an "
+                         "interrupted fine-tuning there")
+    start = load_checkpoint(args.checkpoint)
+    model, tokenizer, examples, said = examples_for(args, start)
+    lr = args.lr if args.lr is not None else 1e-4 if args.dpo else 1e-3
+    config = TrainConfig(batch_size=args.batch_size, max_iters=args.max_iters,
+                         learning_rate=lr, min_lr=lr / 10,
+                         warmup_iters=min(30, max(args.max_iters // 10, 1)),
+                         weight_decay=0.0, seed=args.seed, save_every=args.save_every)
+    settings = {"mode": "dpo" if args.dpo else "sft", "lora_rank": args.lora_rank,
+                "max_iters": args.max_iters, "batch_size": args.batch_size, "lr": lr,
+                "beta": args.beta if args.dpo else None, "seed": args.seed,
+                "start": R.start_sha256(start.model, start.tokenizer),  # a CharTokenizer
+                "data": R.examples_sha256(examples)}
+    if interrupted is not None:
+        R.check_same_run(saved, settings, out, args.checkpoint, args.data or args.dpo)
+    if said:  # once the run is known to go ahead
+        print(f"tinygpt: note: {said}", file=sys.stderr)
+    torch.manual_seed(args.seed)  # LoRA's A, and the dropout of SFT
+    if args.lora_rank is not None:
+        try:
+            add_lora(model, args.lora_rank)
+        except ValueError as err:
+            raise ValueError(f"--lora-rank {args.lora_rank}: {err}") from None
+    reference = copy.deepcopy(model).eval().requires_grad_(False) if args.dpo else None
+    run = R.Run(model, tokenizer, config, settings)
+    if interrupted is not None:
+        run.resume(interrupted, out)
+    if reference is not None:
+        step = R.dpo_step(model, reference, tokenizer, examples, config, args.beta,
+                          run.optimizer, run.generator)
+    else:
+        step = R.sft_step(model, tokenizer, examples, config, run.optimizer, run.generator)
+    return tune(args, argv, run, step, out, start.history, examples)
+
+
+def examples_for(args: argparse.Namespace, start: Any) -> tuple[Any, Any, list[Any], str]:
+    """The model (widened to the chat template if it has none), its tokenizer, the examples fitted
+    to it (``fitted``) and a line saying what fitting changed."""
+    from tinygpt import chat, dpo
+    from tinygpt.cli.fold import fold
+    from tinygpt.tokenizer import CharTokenizer
+
+    model, tokenizer = start.model, start.tokenizer
     if not isinstance(tokenizer, CharTokenizer):
         raise ValueError(f"the checkpoint in {args.checkpoint} has a "
                          f"{type(tokenizer).__name__}: the chat template's tokens are characters, "
@@ -233,63 +288,68 @@ def run_finetune(args: argparse.Namespace, argv: list[str]) -> int:
         tokenizer = chat.chat_tokenizer(tokenizer)
     known = set(tokenizer.chars) - set(chat.SPECIAL_TOKENS)
     T = model.config.block_size
-    if args.dpo is not None:
-        pairs = read_pairs(args.dpo)
-
-        def folded(reply: str) -> str:  # a reply in the model's characters, its ■ kept
-            return fold(reply.removesuffix(chat.END), known).text + chat.END
-
-        examples: list[Any] = []
-        for pair in pairs:  # one at a time: a pair that does not fit is left out
-            talk = fitted([pair.conversation], known, T)[0]
-            examples += [dpo.Pair(c, folded(pair.chosen), folded(pair.rejected)) for c in talk]
-        said = "" if len(examples) == len(pairs) else (
-            f"{len(pairs) - len(examples)} of {len(pairs)} pairs do not fit the context of {T} "
-            "and are left out")
-        if not examples:
-            raise ValueError(f"--dpo {args.dpo}: no pair fits this model ({said})")
-    else:
+    if args.dpo is None:
         raw = (read_plays() if args.data == "plays" else read_conversations(args.data))
         examples, said = fitted(raw, known, T)
         if not examples:
             raise ValueError(f"--data {args.data}: no conversation fits this model ({said})")
-    if said:
-        print(f"tinygpt: note: {said}", file=sys.stderr)
-    lr = args.lr if args.lr is not None else 1e-4 if args.dpo else 1e-3
-    config = TrainConfig(batch_size=args.batch_size, max_iters=args.max_iters,
-                         learning_rate=lr, min_lr=lr / 10,
-                         warmup_iters=min(30, max(args.max_iters // 10, 1)),
-                         weight_decay=0.0, seed=args.seed)
-    if args.lora_rank is not None:
-        try:
-            add_lora(model, args.lora_rank)
-        except ValueError as err:
-            raise ValueError(f"--lora-rank {args.lora_rank}: {err}") from None
-    bar = tqdm(total=args.max_iters, disable=args.quiet, unit="step")
+        return model, tokenizer, examples, said
+    pairs = read_pairs(args.dpo)
+
+    def folded(reply: str) -> str:  # a reply in the model's characters, its ■ kept
+        return fold(reply.removesuffix(chat.END), known).text + chat.END
+
+    examples = []
+    for pair in pairs:  # one at a time: a pair that does not fit is left out
+        talk = fitted([pair.conversation], known, T)[0]
+        examples += [dpo.Pair(c, folded(pair.chosen), folded(pair.rejected)) for c in talk]
+    said = "" if len(examples) == len(pairs) else (
+        f"{len(pairs) - len(examples)} of {len(pairs)} pairs do not fit the context of {T} "
+        "and are left out")
+    if not examples:
+        raise ValueError(f"--dpo {args.dpo}: no pair fits this model ({said})")
+    return model, tokenizer, examples, said
+
+
+def tune(args: argparse.Namespace, argv: list[str], run: Any, step: Any, out: Path,
+         start_history: list[dict[str, Any]], examples: list[Any]) -> int:
+    """Run the steps left under ``out``'s lock with a progress bar; save; say what was done (or,
+    on Ctrl-C, which checkpoint is kept and how to continue)."""
+    import shlex
+
+    from tqdm.auto import tqdm
+
+    from tinygpt import chat
+    from tinygpt.checkpoint.folder import claim
+
+    bar = tqdm(total=args.max_iters, initial=run.step, disable=args.quiet, unit="step")
 
     def progress(record: dict[str, float]) -> None:
         bar.update(1)
         bar.set_postfix(loss=f"{record['loss']:.4f}")
 
-    start = time.perf_counter()
-    with claim(out), bar:
-        torch.manual_seed(args.seed)
-        history: list[dict[str, Any]] = []
-        if args.dpo is not None:
-            history += dpo.train_dpo(model, tokenizer, examples, config, args.beta, progress)[1]
-            speaker, replier = chat.trained_names(ckpt.history)  # the chat's names stay
-            history.append({"step": args.max_iters,
-                            chat.NAMES_KEY: {"speaker": speaker, "replier": replier}})
-        else:
-            history += chat.fine_tune(model, tokenizer, examples, config, callback=progress)
-            history.append(chat.names_record(examples, args.max_iters))
-        merge_lora(model).eval()  # in place: plain linear layers again
-        save_checkpoint(out, model, None, model.config, config, args.max_iters,
-                        tokenizer=tokenizer, history=history)
-    losses = [r["loss"] for r in history if "loss" in r]
+    began, first = time.perf_counter(), run.step
+    try:
+        with claim(out), bar:
+            run.steps(step, out, args.save_every, progress)
+            if args.dpo is not None:
+                speaker, replier = chat.trained_names(start_history)  # the chat's names stay
+                names = {"step": args.max_iters,
+                         chat.NAMES_KEY: {"speaker": speaker, "replier": replier}}
+            else:
+                names = chat.names_record(examples, args.max_iters)
+            run.save(out, [names])
+    except KeyboardInterrupt:
+        kept = ("no checkpoint was saved" if run.saved is None else
+                f"the checkpoint of step {run.saved} in {out} is kept")
+        again = shlex.join(["tinygpt", *argv] + ([] if args.resume else ["--resume"]))
+        print(f"tinygpt: interrupted; {kept}; continue with: {again}", file=sys.stderr)
+        return 130
+    losses = [r["loss"] for r in run.history if "loss" in r]
     what = "preference pairs" if args.dpo else "conversations"
-    print(f"tinygpt: fine-tuned {args.max_iters} steps on {len(examples):,} {what} in "
-          f"{time.perf_counter() - start:.1f} s: loss {losses[0]:.4f} -> {losses[-1]:.4f}; "
+    print(f"tinygpt: fine-tuned {args.max_iters - first} steps"
+          f"{f' (from step {first})' if first else ''} on {len(examples):,} {what} in "
+          f"{time.perf_counter() - began:.1f} s: loss {losses[0]:.4f} -> {losses[-1]:.4f}; "
           f"checkpoint: {out}; try: tinygpt chat {out}")
     return 0
 

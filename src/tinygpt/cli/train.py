@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 CLI_DEFAULTS = {"block_size": 64, "batch_size": 12}  # nanoGPT's baby GPT, see the help's epilog
 CORPORA = ("shakespeare", *(name for name in DATASETS if "/" not in name))
 DEFAULT_BPE_VOCAB = 512
+DEFAULT_VAL_FRACTION = 0.1
+TRAINED_ON = "trained_on"  # the history record (at step 1) of the data a run trains on
 
 
 def read_data(spec: str) -> tuple[str, str]:
@@ -55,8 +57,10 @@ def read_data(spec: str) -> tuple[str, str]:
 
 
 def configs_and_tokenizer(args: argparse.Namespace,
-                          out: Path) -> tuple[GPTConfig, TrainConfig, Any]:
-    """The model and training configs of the run, and the tokenizer (None: to be built).
+                          out: Path) -> tuple[GPTConfig, TrainConfig, Any, dict[str, Any]]:
+    """The model and training configs of the run, the tokenizer (None: to be built), and what
+    a resumed run was trained on (its ``TRAINED_ON`` record; empty for a new run, or one saved
+    before tinygpt recorded it).
 
     A new run takes the options given over ``CLI_DEFAULTS`` and the configs' defaults; a resumed
     run takes the checkpoint's, refusing model or tokenizer options that contradict it.
@@ -77,7 +81,8 @@ def configs_and_tokenizer(args: argparse.Namespace,
             train_given["min_lr"] = lr / 10  # the default min_lr would exceed lr
         pick = {**CLI_DEFAULTS, **model_given, **train_given}.items()
         return (GPTConfig(**{k: v for k, v in pick if k in config_fields(GPTConfig)}),
-                TrainConfig(**{k: v for k, v in pick if k in config_fields(TrainConfig)}), None)
+                TrainConfig(**{k: v for k, v in pick if k in config_fields(TrainConfig)}), None,
+                {})
     ckpt = load_checkpoint(out)
     model_config, tokenizer = ckpt.model_config, ckpt.tokenizer
     for name, value in model_given.items():
@@ -101,7 +106,28 @@ def configs_and_tokenizer(args: argparse.Namespace,
         raise ValueError(f"the checkpoint in {out} is at step {ckpt.step} already, the end of "
                          f"its run (--max-iters {train_config.max_iters}): --resume continues an "
                          "interrupted run on its own schedule; a longer run is a new run")
-    return model_config, train_config, tokenizer
+    recorded = [r[TRAINED_ON] for r in ckpt.history if isinstance(r, dict)
+                and isinstance(r.get(TRAINED_ON), dict)]
+    return model_config, train_config, tokenizer, recorded[-1] if recorded else {}
+
+
+def check_same_data(recorded: dict[str, Any], sha256: str, args: argparse.Namespace) -> None:
+    """Refuse to resume on other data than the run's (``recorded``: its ``TRAINED_ON``)."""
+    if recorded.get("sha256") not in (None, sha256):
+        raise ValueError(f"--data {args.data} is not the data the checkpoint in {args.out} was "
+                         "trained on (its SHA-256 differs): resume on the same data, or train "
+                         "a new run on this one")
+
+
+def data_recorder(args: argparse.Namespace, sha256: str,
+                  fraction: float | None) -> Any:
+    """``train``'s callback: a new run's first step records its data (``TRAINED_ON``), which
+    ``--resume`` then checks."""
+    def record(entry: dict[str, Any], model: Any) -> None:
+        if not args.resume and entry["step"] == 1:
+            entry[TRAINED_ON] = {"data": str(args.data), "sha256": sha256,
+                                 "val_fraction": fraction}
+    return record
 
 
 def run_train(args: argparse.Namespace, argv: list[str]) -> int:
@@ -130,19 +156,31 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
     from tinygpt import train as train_module
     from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 
-    out, fraction = Path(args.out).expanduser(), args.val_fraction
-    if not 0 < fraction < 1:
-        raise ValueError(f"--val-fraction must be in (0, 1), got {fraction}")
+    out = Path(args.out).expanduser()
     if args.vocab_size is not None and args.tokenizer != "bpe" and not args.resume:
         raise ValueError("--vocab-size needs --tokenizer bpe; a char tokenizer has one token "
                          "per character of the text")
-    model_config, train_config, tokenizer = configs_and_tokenizer(args, out)
+    model_config, train_config, tokenizer, recorded = configs_and_tokenizer(args, out)
+    fraction = args.val_fraction
+    before = recorded.get("val_fraction")
+    if fraction is not None and before is not None and fraction != before:
+        raise ValueError(f"--val-fraction {fraction} contradicts the checkpoint in {out} "
+                         f"(trained with --val-fraction {before}): another split is other "
+                         "training text; leave --val-fraction out when resuming")
+    fraction = fraction if fraction is not None else before or DEFAULT_VAL_FRACTION
+    if not 0 < fraction < 1:
+        raise ValueError(f"--val-fraction must be in (0, 1), got {fraction}")
     vocab = tokenizer.vocab_size if tokenizer else args.vocab_size or DEFAULT_BPE_VOCAB
     preflight.check_train_run(dataclasses.replace(model_config, vocab_size=vocab),
                                train_config)
     if is_shards_folder(args.data):
-        return run_from_shards(args, argv, model_config, train_config, tokenizer, train_module)
+        return run_from_shards(args, argv, model_config, train_config, tokenizer, train_module,
+                               recorded)
     text, where = read_data(args.data)
+    import hashlib
+
+    sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    check_same_data(recorded, sha256, args)
     if not text:
         raise ValueError(f"{where} is empty: there is nothing to train on")
     try:
@@ -169,12 +207,13 @@ def train_into(args: argparse.Namespace, argv: list[str]) -> int:
                          f"{fraction}), but each part needs at least --block-size + 1 = {need}, "
                          f"about {shown} in all: use a longer text or a smaller --block-size")
     return run_training(args, argv, train_module, model_config, train_config, tokenizer,
-                        torch.tensor(train_ids), torch.tensor(val_ids))
+                        torch.tensor(train_ids), torch.tensor(val_ids),
+                        data_recorder(args, sha256, fraction))
 
 
 def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPTConfig,
                     train_config: TrainConfig, tokenizer: SavedTokenizer | None,
-                    train_module: Any) -> int:
+                    train_module: Any, recorded: dict[str, Any]) -> int:
     """Train on the memory-mapped shards of ``tinygpt prepare`` with their tokenizer."""
     from tinygpt.shards import TokenShards, load_shards_tokenizer, read_manifest
 
@@ -182,7 +221,7 @@ def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPT
     if not args.resume and (args.tokenizer is not None or args.vocab_size is not None):
         raise ValueError(f"--data {args.data} is a shards folder with its own tokenizer: leave "
                          "--tokenizer and --vocab-size out")
-    if any(a.startswith("--val-fraction") for a in argv):
+    if args.val_fraction is not None:
         raise ValueError(f"--data {args.data} is a shards folder, split by tinygpt prepare: "
                          "leave --val-fraction out (prepare's --val-fraction sets it)")
     from tinygpt.tokenizer import tokenizer_fingerprint
@@ -195,13 +234,20 @@ def run_from_shards(args: argparse.Namespace, argv: list[str], model_config: GPT
                          f"{tokenizer.vocab_size} tokens, the shards in {args.data} another"
                          f"{' of the same size but other tokens' if same else ''}: their ids "
                          "would mean other text; resume on the shards it was trained on")
+    import hashlib
+    import json
+
+    listed = {k: manifest[k] for k in ("shards", "tokenizer")}  # each shard's SHA-256 in it
+    sha256 = hashlib.sha256(json.dumps(listed, sort_keys=True).encode()).hexdigest()
+    check_same_data(recorded, sha256, args)
     return run_training(args, argv, train_module, model_config, train_config, tokenizer or theirs,
-                        TokenShards(args.data, "train"), TokenShards(args.data, "val"))
+                        TokenShards(args.data, "train"), TokenShards(args.data, "val"),
+                        data_recorder(args, sha256, None))
 
 
 def run_training(args: argparse.Namespace, argv: list[str], train_module: Any,
                  model_config: GPTConfig, train_config: TrainConfig, tokenizer: SavedTokenizer,
-                 train_data: TokenData, val_data: TokenData) -> int:
+                 train_data: TokenData, val_data: TokenData, callback: Any = None) -> int:
     """Call ``train_module.train`` on the data, print a summary line (or how to resume)."""
     from tinygpt.checkpoint import load_checkpoint
     from tinygpt.distributed import is_main_process
@@ -213,7 +259,8 @@ def run_training(args: argparse.Namespace, argv: list[str], train_module: Any,
     try:
         history = train_module.train(
             model_config, train_config, train_data, val_data,
-            out_dir=out, tokenizer=tokenizer, resume=args.resume, progress=not args.quiet)
+            out_dir=out, tokenizer=tokenizer, resume=args.resume, progress=not args.quiet,
+            callback=callback)
     except KeyboardInterrupt:
         try:
             kept = f"the checkpoint of step {load_checkpoint(out).step} in {out} is kept"

@@ -2,7 +2,8 @@
 
 ``write_shards`` is the run: check the inputs and the output folder (only prepare's own files are
 ever replaced), reuse a finished folder of the same inputs and options (checked by its manifest)
-or the finished shards of a killed run (``.shards-progress.json``), make the tokenizer, encode the
+or the finished shards of a killed run (``.shards-progress.json``; those of a killed run of
+other inputs or options are replaced only with ``overwrite``), make the tokenizer, encode the
 documents' parts in worker processes (``tinygpt.prepare.workers``), cut each split's tokens into
 shards of ``shard_tokens``, write each to a temporary name and rename it, and write
 ``shards.json`` last. Which files and parts: ``tinygpt.prepare.documents``. It does not read
@@ -43,15 +44,34 @@ if TYPE_CHECKING:  # numpy is imported when shards are written: the command line
 
 # --- the output folder -----------------------------------------------------------------------
 
-def fingerprint(files: list[tuple[str, Path]], options: Options) -> dict[str, Any]:
+def fingerprint(files: list[tuple[str, Path]], options: Options,
+                sizes: dict[Path, int] | None = None) -> dict[str, Any]:
     """What a re-run must find unchanged to reuse a run's shards: options, files' sizes and
     modification times, and their SHA-256: a file rewritten with the same size and its time
     set back (``touch -r``, ``rsync -t``, a restored backup) is not taken for the same. Hashing
-    reads the inputs once more, far faster than encoding them."""
-    stats = [(name, p.stat()) for name, p in files]
+    reads the inputs once more, far faster than encoding them. ``sizes``: the bytes of each
+    file the run reads (``input_sizes``), hashed and recorded; default: their sizes now."""
+    stats = [(name, p, p.stat()) for name, p in files]
+    sizes = sizes or {p: s.st_size for _, p, s in stats}
     return {"options": asdict(options),
-            "inputs": [[n, s.st_size, s.st_mtime_ns] for n, s in stats],
-            "sha256": [sha256_of(p) for _, p in files]}
+            "inputs": [[n, sizes[p], s.st_mtime_ns] for n, p, s in stats],
+            "sha256": [prefix_sha256(p, sizes[p]) for _, p in files]}
+
+
+def input_sizes(files: list[tuple[str, Path]]) -> dict[Path, int]:
+    """Each input's size as a run begins: the bytes it reads, hashes and records, whatever a
+    writer appends meanwhile (a log still written, a download under way)."""
+    return {p: p.stat().st_size for _, p in files}
+
+
+def prefix_sha256(path: Path, size: int) -> str:
+    """The SHA-256 of the first ``size`` bytes of ``path`` (fewer if it has shrunk)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while size > 0 and (chunk := f.read(min(size, 1 << 20))):
+            digest.update(chunk)
+            size -= len(chunk)
+    return digest.hexdigest()
 
 
 def save_json(out: Path, name: str, manifest: dict[str, Any]) -> None:
@@ -129,6 +149,17 @@ def _reusable(out: Path, name: str, fp: dict[str, Any]) -> dict[str, Any] | None
     return manifest
 
 
+def _other_run(out: Path, fp: dict[str, Any]) -> bool:
+    """Whether ``out`` holds the progress of a killed run of other inputs or options (one that
+    cannot be read is no run to finish: it is started over)."""
+    if not (out / S.PROGRESS).is_file():
+        return False
+    try:
+        return S.read_manifest(out, S.PROGRESS).get("fingerprint") != fp
+    except S.ShardError:
+        return False
+
+
 def write_shards(inputs: str | os.PathLike[str], out: str | os.PathLike[str],
                  options: Options | None = None, workers: int | None = None,
                  progress: bool = False, overwrite: bool = False) -> dict[str, Any]:
@@ -172,7 +203,8 @@ def _write_locked(files: list, out: Path, options: Options, workers: int, progre
     for p in out.iterdir():  # what a killed run was writing (the lock is ours: no one is now)
         if SHARDS_ENTRIES.is_temporary(p.name) and p.is_file() and not p.is_symlink():
             p.unlink()
-    fp = fingerprint(files, options)
+    sizes = input_sizes(files)  # read up to these sizes only, should a file grow
+    fp = fingerprint(files, options, sizes)
     done = _reusable(out, S.MANIFEST, fp)
     if done is not None:
         return done
@@ -180,13 +212,18 @@ def _write_locked(files: list, out: Path, options: Options, workers: int, progre
         raise ValueError(f"{out} holds shards of other inputs or options (or altered ones): "
                          "choose another --out, or pass --overwrite to replace them")
     state = _reusable(out, S.PROGRESS, fp)
+    if state is None and not overwrite and _other_run(out, fp):
+        raise ValueError(f"{out} holds the finished shards of an unfinished run of other inputs "
+                         "or options (killed; its .shards-progress.json): run it again with "
+                         "those to finish it, choose another --out, or pass --overwrite to "
+                         "replace them")
     if state is None:
         for p in out.iterdir():  # only prepare's own files are in out (check_out)
             if p.name != LOCK_FILE and SHARDS_ENTRIES.owns(p.name):
                 p.unlink()
-        state = _start(files, options, workers, out, fp)
+        state = _start(files, options, workers, out, fp, sizes)
     try:
-        manifest = _encode_all(files, options, workers, out, state, progress)
+        manifest = _encode_all(files, options, workers, out, state, progress, sizes)
     except UnicodeDecodeError as err:
         raise ValueError(f"an input file is not UTF-8 text ({err.reason} at byte "
                          f"{err.start} of a chunk)") from None
@@ -196,10 +233,10 @@ def _write_locked(files: list, out: Path, options: Options, workers: int, progre
 
 
 def _start(files: list, options: Options, workers: int, out: Path,
-           fp: dict[str, Any]) -> dict[str, Any]:
+           fp: dict[str, Any], sizes: dict[Path, int]) -> dict[str, Any]:
     """The progress manifest of a new run, once the tokenizer is made and saved."""
     try:
-        tokenizer = make_tokenizer(files, options, workers)
+        tokenizer = make_tokenizer(files, options, workers, sizes)
     except UnicodeDecodeError as err:
         raise ValueError(f"an input file is not UTF-8 text ({err.reason})") from None
     vocab = tokenizer.vocab_size
@@ -245,7 +282,8 @@ class ProgressSaver:
 
 
 def _encode_all(files: list, options: Options, workers: int, out: Path,
-                state: dict[str, Any], progress: bool) -> dict[str, Any]:
+                state: dict[str, Any], progress: bool,
+                sizes: dict[Path, int]) -> dict[str, Any]:
     """Encode every part not in a finished shard; write the shards; the finished manifest."""
     import numpy as np
     from tqdm.auto import tqdm
@@ -278,11 +316,11 @@ def _encode_all(files: list, options: Options, workers: int, out: Path,
         state["resume"][split] = [g, offset + len(use)]
         saver.shard_written()
 
-    total = sum(p.stat().st_size for _, p in files)
+    total = sum(sizes.values())
     bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc="prepare")
 
     def todo() -> Iterator[tuple[tuple[int, str, bool, int], str]]:
-        for g, (split, text, last) in enumerate(parts(files, split_fn, options)):
+        for g, (split, text, last) in enumerate(parts(files, split_fn, options, sizes=sizes)):
             documents_done[split] += last
             if g >= resume[split][0]:  # parts before it are in the finished shards
                 yield (g, split, last, len(text.encode())), text

@@ -11,11 +11,13 @@ It does not tokenize (``tinygpt.prepare.workers``) or write anything (``tinygpt.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from tinygpt import shards as S
 from tinygpt.stream import settled_cut
@@ -43,11 +45,41 @@ def is_val(name: str, index: int, options: Options) -> bool:
     return int.from_bytes(h[:8], "little") / 2**64 < options.val_fraction
 
 
-def doc_pieces(path: Path) -> Iterator[tuple[int, str, bool]]:
-    """``(document number, text, last piece of the document)`` of a file, read in chunks."""
+class Prefix(io.RawIOBase):
+    """The first ``size`` bytes of the binary file ``raw``: what a file held when a run began,
+    however it grows while it is read."""
+
+    def __init__(self, raw: BinaryIO, size: int) -> None:
+        super().__init__()
+        self.raw, self.left = raw, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self.left)
+        if n <= 0:
+            return 0
+        got = self.raw.readinto(memoryview(buffer).cast("B")[:n])  # type: ignore[attr-defined]
+        self.left -= got or 0
+        return got or 0
+
+
+def open_prefix(path: Path, size: int | None) -> io.TextIOWrapper:
+    """``path`` opened as UTF-8 text, line ends kept, ending after its first ``size`` bytes
+    (``None``: its end)."""
+    raw = open(path, "rb")  # noqa: SIM115 -- closed with the wrapper
+    limited = raw if size is None else Prefix(raw, size)
+    return io.TextIOWrapper(io.BufferedReader(limited), encoding="utf-8",
+                            newline="")
+
+
+def doc_pieces(path: Path, size: int | None = None) -> Iterator[tuple[int, str, bool]]:
+    """``(document number, text, last piece of the document)`` of a file (its first ``size``
+    bytes, if given), read in chunks."""
     keep = len(EOT) - 1  # a separator may straddle two chunks
     index, carry = 0, ""
-    with open(path, encoding="utf-8", newline="") as f:
+    with open_prefix(path, size) as f:
         while chunk := f.read(READ_CHARS):
             *done, carry = (carry + chunk).split(EOT)
             for text in done:
@@ -62,12 +94,14 @@ def doc_pieces(path: Path) -> Iterator[tuple[int, str, bool]]:
 
 
 def parts(files: list[tuple[str, Path]], split_fn: Callable[[str], list[str]] | None,
-          options: Options, part_chars: int = PART_CHARS) -> Iterator[tuple[str, str, bool]]:
+          options: Options, part_chars: int = PART_CHARS,
+          sizes: Mapping[Path, int] | None = None) -> Iterator[tuple[str, str, bool]]:
     """``(split, text, ends a document)``: every non-empty document, cut into parts of about
-    ``part_chars`` that encode on their own as within the whole document."""
+    ``part_chars`` that encode on their own as within the whole document. ``sizes``: the bytes
+    of each file to read (those it held when the run began; default: to its end)."""
     for name, path in files:
         buffer, size, started = [], 0, False
-        for index, text, last in doc_pieces(path):
+        for index, text, last in doc_pieces(path, None if sizes is None else sizes[path]):
             buffer.append(text)
             size += len(text)
             if size < part_chars and not last:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,9 +140,11 @@ class Mapper:
             self.pool.terminate()
 
 
-def make_tokenizer(files: list[tuple[str, Path]], options: Options, workers: int) -> Any:
+def make_tokenizer(files: list[tuple[str, Path]], options: Options, workers: int,
+                   sizes: Mapping[Path, int] | None = None) -> Any:
     """The tokenizer of ``options``: GPT-2's, the characters of every document, or BPE learned on
-    the training documents' pre-split chunks (counted by the workers, then merged)."""
+    the training documents' pre-split chunks (counted by the workers, then merged); each file
+    read up to its ``sizes`` bytes (``documents.parts``)."""
     from tinygpt.bpe import GPT4_PATTERN, train_merges
     from tinygpt.tokenizer import BPETokenizer, CharTokenizer
 
@@ -152,7 +154,7 @@ def make_tokenizer(files: list[tuple[str, Path]], options: Options, workers: int
         return load_tokenizer(*tokenizer_files())
     if options.tokenizer == "char":
         chars: set[str] = set()
-        for _, text, _ in parts(files, None, options):
+        for _, text, _ in parts(files, None, options, sizes=sizes):
             chars.update(text)
         return CharTokenizer(sorted(chars))
     import regex
@@ -160,7 +162,7 @@ def make_tokenizer(files: list[tuple[str, Path]], options: Options, workers: int
     split = regex.compile(GPT4_PATTERN).findall
     mapper, counts = Mapper(useful_workers(workers, files, COUNT_CHARS)), Counter[str]()
     try:
-        train = ((None, text) for name, text, _ in parts(files, split, options, COUNT_CHARS)
+        train = ((None, text) for name, text, _ in parts(files, split, options, COUNT_CHARS, sizes)
                  if name == "train")
         for _, counted in mapper.imap(count_words, grouped(train, COUNT_CHARS), workers + 1):
             counts.update(counted)
