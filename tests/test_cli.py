@@ -1,6 +1,8 @@
 """Tests for tinygpt.cli: ``tinygpt train`` and ``tinygpt sample`` end to end on a tiny corpus
 (in process through ``main`` and once through ``python -m tinygpt``), options generated from the
-config dataclasses, resuming, Ctrl-C, and the clear one-line errors of bad input."""
+config dataclasses, resuming, and the clear one-line errors of bad input; and the entry point
+(``tinygpt.__main__``, ``tinygpt.cli.main``): torch imported only inside ``main``, exit 130 for
+Ctrl-C at any moment, a quiet 141 when stdout's reader goes away, one line for a closed stdout."""
 
 from __future__ import annotations
 
