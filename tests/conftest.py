@@ -152,6 +152,101 @@ def rewrite_shards_manifest(folder: Path, change: Callable[[dict], object]) -> N
     (folder / "shards.json").write_text(json.dumps(manifest))
 
 
+@pytest.fixture
+def cli_corpus(tmp_path: Path) -> Path:
+    """``CLI_TEXT`` in ``tmp_path/corpus.txt``."""
+    path = tmp_path / "corpus.txt"
+    path.write_text(CLI_TEXT, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cli_checkpoint(tmp_path_factory) -> Path:
+    """A checkpoint of a tiny char model trained for 2 steps on ``CLI_TEXT`` (``CLI_TINY``),
+    shared by a test module's sampling tests."""
+    return train_cli_checkpoint(tmp_path_factory.mktemp("trained"))
+
+
+def assert_one_line_error(code: int, err: str, *words: str) -> None:
+    """The command refused its input as every bad input is refused: exit code 2 and one line,
+    ``tinygpt: error: ...``, that holds each of ``words``."""
+    assert code == 2 and err.startswith("tinygpt: error: ") and err.count("\n") == 1, err
+    for word in words:
+        assert word in err, (word, err)
+
+
+# --- the folders tinygpt writes and reads back: checkpoints, shards (test_checkpoint,
+# test_shards, test_prepare, test_data, test_cli_train) -------------------------------------------
+
+# CLI_TEXT with a "zebra" on every line (a 'z', which one flipped bit turns into '{'), and a model
+# trained on it for five steps.
+FOLDER_TEXT = "".join(f"{w} the {v} was {n} and more zebra.\n" for w, v, n in zip(
+    ["first", "second", "third", "fourth", "fifth", "sixth"] * 5,
+    ["cat", "dog", "fox", "owl", "ant", "bee"] * 5, range(30)))
+FOLDER_TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+               "--batch-size", "2", "--max-iters", "5", "--eval-interval", "5",
+               "--eval-iters", "1", "--quiet"]
+REDOS = r"(a|a)*c|[\s\S]"  # 'a' * 40 takes 2**40 steps to fail the first branch
+
+
+@pytest.fixture
+def folder_data(tmp_path: Path) -> Path:
+    """``FOLDER_TEXT`` in ``tmp_path/small.txt``."""
+    path = tmp_path / "small.txt"
+    path.write_text(FOLDER_TEXT, encoding="utf-8")
+    return path
+
+
+def prepare_cli(capsys, text: str, out: Path, *options: object) -> None:
+    """``tinygpt prepare`` of four documents of ``text`` (in ``OUT-in``, one held out) into
+    ``out`` with ``options``."""
+    folder = out.parent / f"{out.name}-in"
+    folder.mkdir()
+    for i in range(4):  # four documents, one held out
+        (folder / f"doc{i}.txt").write_text(text, encoding="utf-8")
+    code, _, err = run_cli(capsys, "prepare", folder, "--out", out, "--val-fraction", "0.3",
+                           "--seed", "1", "--workers", "1", "--quiet", *options)
+    assert code == 0, err
+
+
+def prepare_char_shards(capsys, tmp_path: Path) -> Path:
+    """``tmp_path/shards``: ``FOLDER_TEXT`` prepared with a character tokenizer."""
+    prepare_cli(capsys, FOLDER_TEXT, tmp_path / "shards", "--tokenizer", "char")
+    return tmp_path / "shards"
+
+
+def prepare_bpe_shards(capsys, tmp_path: Path) -> Path:
+    """``tmp_path/shards``: ``FOLDER_TEXT`` prepared with a BPE tokenizer of 300 tokens."""
+    prepare_cli(capsys, FOLDER_TEXT, tmp_path / "shards", "--tokenizer", "bpe", "--vocab-size",
+                "300")
+    return tmp_path / "shards"
+
+
+def check_an_out_that_cannot_be_created(capsys, folder_data: Path, tmp_path: Path, monkeypatch,
+                                        command: str, how: str) -> None:
+    """``tinygpt COMMAND`` (train or prepare) into an ``--out`` that cannot be created (``how``:
+    on a read-only file system, or under a file) says why in one line, and changes nothing."""
+    out = tmp_path / "new" / "run"
+    if how == "under-a-file":
+        out = folder_data / "sub"  # --out mydata.txt/sub
+    else:
+        real = Path.mkdir
+
+        def read_only(self, *args, **kwargs):
+            if self in (out, out.parent):  # the new folders, not tmp_path
+                raise OSError(30, "Read-only file system", str(self))
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "mkdir", read_only)  # root ignores chmod: simulate it
+    argv = [command, "--data", folder_data, "--out", out, *FOLDER_TINY] if command == "train" \
+        else [command, folder_data, "--out", out, "--quiet"]
+    code, _, err = run_cli(capsys, *argv)
+    why = "Read-only file system" if how == "read-only" else "Not a directory"
+    assert_one_line_error(code, err, str(out), why)
+    assert "No such file" not in err and "[Errno" not in err
+    assert folder_data.read_text() == FOLDER_TEXT
+
+
 # --- the tokenizer entry of both manifests (test_tokenizer, test_checkpoint, test_prepare) ------
 
 # Entries that tinygpt.tokenizer.tokenizer_entry never writes, and words the error must say

@@ -11,13 +11,13 @@ check that its detector does catch what it is meant to catch:
   another module defines;
 * size guides, never limits (code is split by meaning, not by size): a function or class a
   chapter or an Under the hood page displays (``show.source(...)`` in a notebook's code cells)
-  of more than ``MAX_SHOWN`` code lines (docstrings, comments and blank lines not counted), and
-  a module of more than ``MAX_MODULE``, give a ``SizeGuide`` warning naming them -- a hint to
-  look, which fails nothing;
+  of more than ``MAX_SHOWN`` code lines (docstrings, comments and blank lines not counted), a
+  module of more than ``MAX_MODULE``, and a top level of more than ``MAX_TOP_LEVEL`` modules,
+  give a ``SizeGuide`` warning naming them -- a hint to look, which fails nothing;
 * module names are words, not abbreviations (no ``ckpt``, ``utils``, ``cli_``-style prefixes);
-* the top level holds the chapters' pieces (at most ``MAX_TOP_LEVEL``), and the infrastructure
-  sits in the named subpackages (``SUBPACKAGES``), one level deep; the chapters' pieces import
-  none of the layers built on top of them (``book``, ``cli``, ``figures``);
+* the top level holds the chapters' pieces, and the infrastructure sits in the named
+  subpackages (``SUBPACKAGES``), one level deep; the chapters' pieces import none of the layers
+  built on top of them (``book``, ``cli``, ``figures``);
 * a class, function or constant is imported from the module that defines it, one import path
   per name (a package's ``__init__`` may define names; then they are imported from the package).
 """
@@ -40,7 +40,7 @@ from test_book_map import PLUMBING, ROOT, SRC, dotted_imports, modules_of
 MODULES = modules_of(SRC)  # dotted name -> file, subpackages included
 MAX_SHOWN = 40  # code lines of a displayed function or class: a guide (a warning past it)
 MAX_MODULE = 400  # code lines of a module: a guide (a warning past it)
-MAX_TOP_LEVEL = 36  # modules at the top level, besides __init__ and __main__ (15 chapters)
+MAX_TOP_LEVEL = 36  # modules at the top level, besides __init__ and __main__: a guide (15 chapters)
 
 
 
@@ -49,14 +49,18 @@ class SizeGuide(UserWarning):
 
 
 def warn_over_the_guide(what: str, sizes: dict[str, int], guide: int,
-                        where_shown: dict[str, list[str]] | None = None) -> dict[str, int]:
-    """Warn (``SizeGuide``) about every entry of ``sizes`` over ``guide`` code lines, naming it
-    (and where it is shown); return them."""
+                        where_shown: dict[str, list[str]] | None = None, *,
+                        unit: tuple[str, str] = ("code lines", "lines"),
+                        look: str = "") -> dict[str, int]:
+    """Warn (``SizeGuide``) about every entry of ``sizes`` over ``guide`` (counted in ``unit``:
+    the guide's words, each entry's), naming it (and where it is shown, and ``look``: what to
+    look at); return them."""
     over = {name: n for name, n in sorted(sizes.items()) if n > guide}
     for name, n in over.items():
         shown_in = f", shown in {', '.join(where_shown[name])}" if where_shown else ""
-        warnings.warn(f"{what} over the guide of {guide} code lines (a hint to look, not a "
-                      f"limit): {name} ({n} lines{shown_in})", SizeGuide, stacklevel=2)
+        warnings.warn(f"{what} over the guide of {guide} {unit[0]} (a hint to look, not a "
+                      f"limit): {name} ({n} {unit[1]}{shown_in}){look}", SizeGuide,
+                      stacklevel=2)
     return over
 
 # The subpackages, each with what it holds; anything else at the top level is a chapter's piece.
@@ -516,14 +520,26 @@ def test_module_names_are_words():
     assert not problems, problems
 
 
+def top_level_modules(package: Path) -> list[str]:
+    """The modules at the top level of the folder ``package``, besides ``PLUMBING``."""
+    return sorted({p.stem for p in package.glob("*.py")} - PLUMBING)
+
+
+def warn_over_the_top_level_guide(package: Path) -> dict[str, int]:
+    """A ``SizeGuide`` warning if the top level of ``package`` holds more than ``MAX_TOP_LEVEL``
+    modules, saying what to look at; the count of them (empty if within the guide)."""
+    return warn_over_the_guide(
+        "top level", {package.name: len(top_level_modules(package))}, MAX_TOP_LEVEL,
+        unit=("modules", "modules"),
+        look=": is one of them infrastructure rather than a chapter's piece? Then it belongs in "
+             "a subpackage. Never split or merge modules to meet the number")
+
+
 def top_level_problems(package: Path) -> list[str]:
     """Why the folder ``package`` is not a top level of chapter pieces plus the subpackages of
-    ``SUBPACKAGES`` (empty if it is)."""
+    ``SUBPACKAGES`` (empty if it is). How many modules it holds is a guide, not a problem
+    (``warn_over_the_top_level_guide``)."""
     problems = []
-    pieces = sorted({p.stem for p in package.glob("*.py")} - PLUMBING)
-    if len(pieces) > MAX_TOP_LEVEL:
-        problems.append(f"{len(pieces)} modules at the top level, more than {MAX_TOP_LEVEL}: "
-                        f"group the infrastructure into a subpackage")
     for folder in sorted(p for p in package.iterdir() if p.is_dir() and p.name != "__pycache__"):
         if not (folder / "__init__.py").is_file():
             problems.append(f"{folder.name}/ has no __init__.py")
@@ -555,9 +571,7 @@ def test_top_level_problems_finds_each_kind(tmp_path):
         (package / folder / "__init__.py").write_text("")
     (package / "book" / "show.py").write_text("")
     (package / "model.py").write_text("def f():\n    from tinygpt.book import show\n")
-    assert top_level_problems(package) == [
-        f"{MAX_TOP_LEVEL + 1} modules at the top level, more than {MAX_TOP_LEVEL}: group the "
-        "infrastructure into a subpackage",
+    assert top_level_problems(package) == [  # MAX_TOP_LEVEL + 1 modules: no problem, a guide
         "cli/ has subpackages ['deeper']: the infrastructure is one level deep",
         "the chapter piece tinygpt.model imports tinygpt.book.show, a layer built on the pieces",
     ]
@@ -573,6 +587,28 @@ def test_top_level_problems_finds_each_kind(tmp_path):
 def test_the_top_level_holds_the_pieces_and_the_infrastructure_its_subpackages():
     problems = top_level_problems(SRC)
     assert not problems, problems
+
+
+def test_the_top_level_guide_warns_and_fails_nothing(tmp_path):
+    package = tmp_path / "tinygpt"
+    package.mkdir()
+    for name in ("__init__", "__main__", *(f"piece{i}" for i in range(MAX_TOP_LEVEL))):
+        (package / f"{name}.py").write_text("")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # at the guide: no warning at all
+        assert warn_over_the_top_level_guide(package) == {}
+    (package / "one_more.py").write_text("")
+    with pytest.warns(SizeGuide, match=rf"top level over the guide of {MAX_TOP_LEVEL} modules "
+                      rf"\(a hint to look, not a limit\): tinygpt \({MAX_TOP_LEVEL + 1} modules\)"
+                      rf": is one of them infrastructure"):
+        assert warn_over_the_top_level_guide(package) == {"tinygpt": MAX_TOP_LEVEL + 1}
+    assert top_level_problems(package) == []  # the count is no structural problem
+
+
+def test_a_large_top_level_is_named_in_a_warning():
+    modules = top_level_modules(SRC)
+    assert {"model", "attention", "train"} <= set(modules) and "__init__" not in modules
+    warn_over_the_top_level_guide(SRC)
 
 
 # -- one import path per name ------------------------------------------------------------------

@@ -1,11 +1,14 @@
 """``tinygpt prepare`` (``tinygpt.prepare``): shards that round-trip to the
 documents, a manifest that catches altered shards, determinism, idempotence, a killed run, bounded
-memory, one-line CLI errors."""
+memory, one-line CLI errors; its lock (a second prepare into a folder in use is refused, a lock
+left behind is no lock), its own output never read as text, ``--workers`` bounded, and what a
+killed run left removed by the next."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import random
 import subprocess
 import sys
@@ -17,6 +20,12 @@ import tiktoken
 from conftest import (
     BAD_TOKENIZER_ENTRIES,
     CLI_TINY,
+    FOLDER_TEXT,
+    assert_one_line_error,
+    check_an_out_that_cannot_be_created,
+    prepare_bpe_shards,
+    prepare_char_shards,
+    prepare_cli,
     require_data,
     rewrite_shards_manifest,
     run_cli,
@@ -699,3 +708,185 @@ def test_a_file_growing_while_it_is_read_is_read_to_its_size_at_the_start(tmp_pa
     grown = prepare_run.write_shards(corpus, tmp_path / "grown", options, workers=1)
     assert grown["tokens"] == straight["tokens"] and grown["vocab_size"] == straight["vocab_size"]
     assert folder_bytes(tmp_path / "grown") == folder_bytes(tmp_path / "straight")
+
+
+# --- prepare's lock ------------------------------------------------------------------------------
+
+HOLDER = """
+import sys
+from pathlib import Path
+from tinygpt.checkpoint import folder
+with folder.locked(Path(sys.argv[1])):
+    print("LOCKED", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_second_prepare_into_a_folder_in_use_is_refused_and_changes_nothing(capsys, tmp_path):
+    import subprocess
+    import sys
+
+    import tinygpt
+
+    shards = prepare_char_shards(capsys, tmp_path)
+    before = {p.name: p.read_bytes() for p in shards.iterdir() if p.name != ".tinygpt.lock"}
+    env = {**os.environ, "PYTHONPATH": str(Path(tinygpt.__file__).parents[1])}
+    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(shards)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert first.stdout.readline().strip() == "LOCKED"
+        code, _, err = run_cli(capsys, "prepare", tmp_path / "shards-in", "--out", shards,
+                               "--tokenizer", "bpe", "--vocab-size", "300", "--overwrite",
+                               "--workers", "1", "--quiet")
+        assert_one_line_error(code, err, str(shards), "in use by another tinygpt process",
+                       f"pid {first.pid}")
+        after = {p.name: p.read_bytes() for p in shards.iterdir() if p.name != ".tinygpt.lock"}
+        assert after == before
+    finally:
+        first.communicate("\n", timeout=60)
+    code, _, err = run_cli(capsys, "prepare", tmp_path / "shards-in", "--out", shards,
+                           "--tokenizer", "bpe", "--vocab-size", "300", "--overwrite",
+                           "--workers", "1", "--quiet", "--val-fraction", "0.3", "--seed", "1")
+    assert code == 0, err  # once the first one ended, the folder is free
+
+
+def test_prepare_takes_a_folder_holding_only_a_left_lock(capsys, tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / ".tinygpt.lock").write_text("12345\n")  # left by a prepare killed at its start
+    prepare_cli(capsys, FOLDER_TEXT, shards, "--tokenizer", "char")
+    assert (shards / "shards.json").is_file()
+
+
+def test_a_finished_prepare_leaves_no_lock_and_a_lock_removed_meanwhile_is_no_lock(capsys,
+                                                                                  tmp_path,
+                                                                                  monkeypatch):
+    import fcntl
+
+    from tinygpt.checkpoint import folder
+
+    shards = prepare_char_shards(capsys, tmp_path)
+    assert not (shards / ".tinygpt.lock").exists()  # the folder holds the shards only
+    real = fcntl.flock
+
+    def holder_ends_first(fd, op):  # the holder removes its lock file just before we get it
+        (shards / ".tinygpt.lock").unlink()
+        return real(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", holder_ends_first)
+    with pytest.raises(folder.CheckpointError, match="until a moment ago"), \
+            folder.locked(shards):
+        pass
+
+
+# --- prepare never reads its own output as text --------------------------------------------------
+
+def test_prepare_skips_a_shards_folder_among_its_inputs_and_refuses_one_alone(capsys, tmp_path):
+    import json
+
+    data = tmp_path / "data"
+    data.mkdir()
+    # data/shards-in: the text
+    prepare_cli(capsys, FOLDER_TEXT, data / "shards", "--tokenizer", "char")
+    code, _, err = run_cli(capsys, "prepare", data, "--out", tmp_path / "all", "--tokenizer",
+                           "char", "--val-fraction", "0.3", "--seed", "1", "--workers", "1",
+                           "--quiet")
+    assert code == 0, err
+    assert f"note: skipping {data / 'shards'}" in err
+    inputs = json.loads((tmp_path / "all" / "shards.json").read_text())["fingerprint"]["inputs"]
+    assert sorted(name for name, *_ in inputs) == [f"shards-in/doc{i}.txt" for i in range(4)]
+    code, _, err = run_cli(capsys, "prepare", data / "shards", "--out", tmp_path / "again",
+                           "--tokenizer", "char", "--quiet")
+    assert_one_line_error(code, err, "only tinygpt shards folders", str(data / "shards"))
+    assert not (tmp_path / "again").exists()
+
+
+# --- --workers -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", ["0", "-2", "1025", "1000000000"])
+def test_absurd_workers_are_refused(capsys, tmp_path, monkeypatch, workers):
+    import tinygpt.prepare as prepare_run
+    from tinygpt.prepare import workers as prepare_workers
+
+    def no_pool(n, tokenizer=None):  # were the check missing: fail, never start n processes
+        raise AssertionError(f"{n} workers started")
+
+    monkeypatch.setattr(prepare_run, "Mapper", no_pool)  # encoding
+    monkeypatch.setattr(prepare_workers, "Mapper", no_pool)  # counting words for BPE
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.txt").write_text(FOLDER_TEXT)
+    code, _, err = run_cli(capsys, "prepare", folder, "--out", tmp_path / "out", "--workers",
+                           workers, "--quiet")
+    assert_one_line_error(code, err, "--workers", "from 1 to 1024", workers)
+    assert not (tmp_path / "out").exists()
+
+
+def test_workers_are_capped_at_the_cores_and_the_tasks(tmp_path, monkeypatch):
+    import tinygpt.prepare as prepare_run
+    from tinygpt.prepare import documents, workers, write_shards
+
+    started: list[int] = []
+    real = workers.Mapper
+
+    class Counted(real):
+        def __init__(self, workers, tokenizer=None):
+            started.append(workers)
+            super().__init__(1, tokenizer)  # the work itself in this process
+
+    monkeypatch.setattr(prepare_run, "Mapper", Counted)  # encoding
+    monkeypatch.setattr(workers, "Mapper", Counted)  # counting words for BPE
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"doc{i}.txt").write_text(FOLDER_TEXT)  # about 4 x 1,300 characters
+    options = documents.Options("bpe", 300, 0.3, 1, 10_000)
+    write_shards(folder, tmp_path / "a", options, workers=1024)
+    assert started == [1, 1]  # one task to count words, one to encode: one worker each
+    monkeypatch.setattr(documents, "PART_CHARS", 500)
+    monkeypatch.setattr(workers, "COUNT_CHARS", 500)
+    monkeypatch.setattr(prepare_run, "cores", lambda: 3)
+    monkeypatch.setattr(workers, "cores", lambda: 3)
+    started.clear()
+    write_shards(folder, tmp_path / "b", options, workers=1024)
+    assert started == [3, 3]  # a dozen tasks, three cores
+
+
+# --- the out folder, leftovers -------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["read-only", "under-a-file"])
+def test_an_out_that_prepare_cannot_create_says_why(capsys, folder_data, tmp_path, monkeypatch,
+                                                    how):
+    check_an_out_that_cannot_be_created(capsys, folder_data, tmp_path, monkeypatch, "prepare",
+                                        how)
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_the_temporary_files_of_a_killed_prepare_are_removed_by_the_next(capsys, tmp_path,
+                                                                        finished):
+    shards = prepare_bpe_shards(capsys, tmp_path)
+    if not finished:  # killed before its first shard: the progress file names none
+        import json
+
+        from tinygpt.prepare import save_json
+
+        state = json.loads((shards / "shards.json").read_text())
+        for key in ("tokens", "documents", "checksum"):
+            del state[key]
+        state.update(shards={"train": [], "val": []}, resume={"train": [0, 0], "val": [0, 0]})
+        save_json(shards, ".shards-progress.json", state)
+        for p in shards.glob("*.bin"):
+            p.unlink()
+        (shards / "shards.json").unlink()
+    left = [".train_000001.bin.k2j4h5g6.part", ".tokenizer.json.part", ".tokenizer.json.vocab",
+            ".shards.json.x8y7z6w5.part"]
+    for name in left:
+        (shards / name).write_bytes(b"half")
+    prepare_again = ["prepare", tmp_path / "shards-in", "--out", shards, "--tokenizer", "bpe",
+                     "--vocab-size", "300", "--val-fraction", "0.3", "--seed", "1",
+                     "--workers", "1", "--quiet"]
+    code, _, err = run_cli(capsys, *prepare_again)
+    assert code == 0, err
+    assert not [p.name for p in shards.iterdir() if p.name in left]
+    assert (shards / "shards.json").is_file()
+

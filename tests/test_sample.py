@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import count_calls
+from conftest import run_cli as run
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -421,3 +422,29 @@ def test_the_default_crop_to_rebuilds_every_half_context(monkeypatch):
     assert torch.equal(out_default, out_half)  # the default is crop_to = block_size // 2
     assert default == 9  # at n = 17, 26, ..., 89 tokens: one per period past the context
     assert old == len(range(T_max + 1, n + 1, 2)) == 41  # crop_to = T_max - 1: every other token
+
+
+# --- tiny temperatures and top-p, from the command line too --------------------------------------
+
+def test_sample_temperature_1e_300_is_greedy_not_a_traceback(capsys, cli_checkpoint):
+    code, tiny, err = run(capsys, "sample", "--out", cli_checkpoint, "--temperature", "1e-300",
+                          "--max-new-tokens", "20", "--prompt", "the")
+    assert code == 0, err
+    code, greedy, err = run(capsys, "sample", "--out", cli_checkpoint, "--temperature", "0",
+                            "--max-new-tokens", "20", "--prompt", "the")
+    assert code == 0 and tiny == greedy
+    logits = torch.randn(8, 50, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(sample_next(logits, 1e-300), logits.argmax(-1))
+
+
+def test_sample_top_p_1e_300_keeps_the_most_likely_token(capsys, cli_checkpoint):
+    logits = torch.randn(8, 50, generator=torch.Generator().manual_seed(0))
+    kept = torch.isfinite(top_p_filter(logits, 1e-300))  # (8, 50)
+    assert kept.sum(-1).tolist() == [1] * 8
+    assert torch.equal(kept.float().argmax(-1), logits.argmax(-1))
+    code, out, err = run(capsys, "sample", "--out", cli_checkpoint, "--top-p", "1e-300",
+                         "--max-new-tokens", "20", "--prompt", "the")
+    assert code == 0, err
+    code, greedy, err = run(capsys, "sample", "--out", cli_checkpoint, "--temperature", "0",
+                            "--max-new-tokens", "20", "--prompt", "the")
+    assert out == greedy

@@ -1,13 +1,26 @@
 """Training from token shards (``tinygpt.shards.TokenShards``, ``tinygpt train --data DIR``):
-the same run as from the in-memory tensor, resumable bit for bit, windows inside a shard."""
+the same run as from the in-memory tensor, resumable bit for bit, windows inside a shard; and
+what a shards folder may hold (``tinygpt.shards``'s checks of it): a manifest naming only
+regular files inside the folder, checked by its checksum, of a dtype tinygpt writes; shards of
+ids inside the vocabulary; a tokenizer of a known pattern. Each is refused in one line."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
+from conftest import (
+    FOLDER_TINY,
+    REDOS,
+    assert_one_line_error,
+    prepare_bpe_shards,
+    prepare_char_shards,
+    rewrite_shards_manifest,
+)
+from conftest import run_cli as run
 from test_prepare import make_corpus, make_small_corpus
 
 import tinygpt.prepare as prepare_run
@@ -230,3 +243,106 @@ except ShardError as err:
     assert run.returncode == 3, (run.returncode, run.stderr[-500:])  # was -7: SIGBUS
     assert "truncated to 2 bytes while in use" in run.stdout
     assert "train_000000.bin" in run.stdout
+
+
+# --- what a shards manifest names, and the files it names ----------------------------------------
+
+def train_in_thread(capsys, *argv: object) -> tuple[int, str, str]:
+    """``tinygpt train ARGV`` in a thread: a read that hangs fails the test instead of blocking."""
+    import threading
+
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(run(capsys, "train", *argv)),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert result, "training hung"
+    return result[0]
+
+
+@pytest.mark.parametrize("name", ["../outside_secret.bin", "ABSOLUTE", "sub/train_000000.bin",
+                                  "train_000000.bin/..", 7])
+def test_a_shard_named_outside_the_folder_is_refused(capsys, tmp_path, name):
+    import shutil
+
+    shards = prepare_char_shards(capsys, tmp_path)
+    secret = tmp_path / "outside_secret.bin"
+    shutil.copy(shards / "train_000000.bin", secret)
+    (shards / "sub").mkdir()
+    shutil.copy(shards / "train_000000.bin", shards / "sub" / "train_000000.bin")
+    name = str(secret) if name == "ABSOLUTE" else name
+    rewrite_shards_manifest(shards, lambda m: m["shards"]["train"][0].update(file=name))
+    code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *FOLDER_TINY)
+    assert_one_line_error(code, err, "shards.json",
+                          repr(name) if isinstance(name, str) else "'file'")
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "symlink"])
+@pytest.mark.parametrize("which", ["train_000000.bin", "tokenizer.json"])
+def test_a_shard_or_tokenizer_that_is_not_a_regular_file_is_refused(capsys, tmp_path, kind,
+                                                                    which):
+    shards = prepare_bpe_shards(capsys, tmp_path)
+    target = shards / which
+    (tmp_path / "copy").write_bytes(target.read_bytes())
+    target.unlink()
+    if kind == "dev-zero":
+        target.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to(tmp_path / "copy")
+    code, _, err = train_in_thread(capsys, "--data", shards, "--out", tmp_path / "run",
+                                   *FOLDER_TINY)
+    assert_one_line_error(code, err, which,
+                          "symbolic link" if kind != "fifo" else "not a regular file")
+
+
+def test_a_bit_flip_in_shards_json_is_caught_by_its_checksum(capsys, tmp_path):
+    shards = prepare_char_shards(capsys, tmp_path)
+    raw = (shards / "shards.json").read_text()
+    assert raw.count('"z"') == 1
+    (shards / "shards.json").write_text(raw.replace('"z"', '"{"'))  # 'z' is 0x7a, '{' 0x7b
+    code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *FOLDER_TINY)
+    assert_one_line_error(code, err, "shards.json", "checksum")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("dtype", ["|u1", "<i2", ">u2", "<u4", "<f4"])
+def test_a_dtype_tinygpt_does_not_write_is_refused(capsys, tmp_path, dtype):
+    shards = prepare_char_shards(capsys, tmp_path)
+    rewrite_shards_manifest(shards, lambda m: m.update(dtype=dtype))
+    code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *FOLDER_TINY)
+    assert_one_line_error(code, err, "shards.json", f"dtype {dtype!r}")
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_a_shard_holding_an_id_outside_the_vocabulary_is_refused(capsys, tmp_path, split):
+    import hashlib
+
+    import numpy as np
+
+    shards = prepare_char_shards(capsys, tmp_path)
+    path = shards / f"{split}_000000.bin"
+    ids = np.fromfile(path, dtype="<u2")
+    ids[len(ids) // 2] = 999  # the vocabulary has a few dozen characters
+    path.write_bytes(ids.tobytes())
+    digest = hashlib.sha256(ids.tobytes()).hexdigest()
+    rewrite_shards_manifest(shards, lambda m: m["shards"][split][0].update(sha256=digest))
+    code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *FOLDER_TINY)
+    assert_one_line_error(code, err, path.name, "token id 999", "outside the vocabulary")
+
+
+def test_shards_whose_tokenizer_has_an_unknown_pattern_are_refused(capsys, tmp_path):
+    import hashlib
+    import json
+
+    shards = prepare_bpe_shards(capsys, tmp_path)
+    model = json.loads((shards / "tokenizer.json").read_text())
+    model["pattern"] = REDOS
+    data = json.dumps(model).encode()
+    (shards / "tokenizer.json").write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    rewrite_shards_manifest(shards, lambda m: m["tokenizer"].update(sha256=digest))
+    code, _, err = run(capsys, "train", "--data", shards, "--out", tmp_path / "run", *FOLDER_TINY)
+    assert_one_line_error(code, err, "tokenizer.json", "not GPT-2's or GPT-4's")
+

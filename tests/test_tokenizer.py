@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import tiktoken
-from conftest import BAD_TOKENIZER_ENTRIES, require_data, saved_tokenizer
+from conftest import BAD_TOKENIZER_ENTRIES, FOLDER_TEXT, REDOS, require_data, saved_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -420,3 +420,28 @@ def test_a_special_token_with_an_id_that_is_not_an_integer_says_so(tmp_path):
         message = str(caught.value)
         assert f"must have id {eot}, got {bad}" not in message  # was "id 266, got 266"
         assert f"has the id {bad!r}, a {type(bad).__name__}" in message, message
+
+
+# --- a pattern read from a file ------------------------------------------------------------------
+
+def test_a_tokenizer_file_with_an_unknown_pattern_is_refused_unless_given(tmp_path):
+    import json
+
+    from tinygpt.tokenizer import BPETokenizer
+
+    path = tmp_path / "tok.json"
+    BPETokenizer.train(FOLDER_TEXT, 270).save(path)
+    model = json.loads(path.read_text())
+    model["pattern"] = REDOS
+    path.write_text(json.dumps(model))
+    with pytest.raises(ValueError, match=r"tok\.json.*not GPT-2.s or GPT-4.s"):
+        BPETokenizer.load(path)
+    mine = r"\w+|\s+|[^\w\s]+"  # a pattern of one's own is loaded when it is given
+    BPETokenizer.train(FOLDER_TEXT, 270, pattern=mine).save(path)
+    with pytest.raises(ValueError, match=r"pattern=\.\.\."):
+        BPETokenizer.load(path)
+    assert BPETokenizer.load(path, pattern=mine).pattern == mine
+    for name in ("gpt2", "gpt4", "none"):
+        BPETokenizer.train(FOLDER_TEXT, 270, pattern=name).save(path)
+        BPETokenizer.load(path)
+
