@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from tinygpt import shards as S
 from tinygpt.stream import settled_cut
@@ -49,7 +49,7 @@ class Prefix(io.RawIOBase):
     """The first ``size`` bytes of the binary file ``raw``: what a file held when a run began,
     however it grows while it is read."""
 
-    def __init__(self, raw: BinaryIO, size: int) -> None:
+    def __init__(self, raw: io.BufferedIOBase, size: int) -> None:
         super().__init__()
         self.raw, self.left = raw, size
 
@@ -60,7 +60,7 @@ class Prefix(io.RawIOBase):
         n = min(len(buffer), self.left)
         if n <= 0:
             return 0
-        got = self.raw.readinto(memoryview(buffer).cast("B")[:n])  # type: ignore[attr-defined]
+        got = self.raw.readinto(memoryview(buffer).cast("B")[:n])
         self.left -= got or 0
         return got or 0
 
