@@ -83,6 +83,8 @@ def main() -> None:
     parser.add_argument("--models-log", type=Path, default=None,
                         help="the log of `python -m tinygpt.book.models` from a cold cache")
     parser.add_argument("--out", type=Path, default=None, help="write the record here (JSON)")
+    parser.add_argument("--note", default=None,
+                        help="what a reader of the record must know (a shared machine, say)")
     parser.add_argument("--readme", action="store_true",
                         help="rewrite README.md's table from the committed record")
     args = parser.parse_args()
@@ -98,6 +100,8 @@ def main() -> None:
         print(notebook.stem, record["chapters"][notebook.stem])
     if args.models_log:
         record["models"] = model_seconds(args.models_log.read_text(encoding="utf-8"))
+    if args.note:
+        record["note"] = args.note
     if args.out:
         args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
