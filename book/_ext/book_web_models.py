@@ -6,12 +6,14 @@ panel ``<div class="tinygpt-panel">`` (chapters 8 and 9), the attention panel
 ``<div class="tinygpt-attention">`` (chapters 5 and 7), the chat panel
 ``<div class="tinygpt-chat">`` (chapter 15); no other page loads them. When the HTML build has
 finished, the book's model and the modern book model (``tinygpt.book.trained_model.book_model``
-with ``BOOK_RECIPE`` and ``MODERN_RECIPE``) and the chat model
-(``tinygpt.book.chat_model.chat_model``) are written by ``tinygpt.book.web_export`` into
-``_build/html/_static/models/`` as ``book.*``, ``modern.*`` and ``chat.*``: from the results
-cache, where chapters 8, 12 and 15 (or ``make models``) stored them earlier (each call trains
-only a model missing from the cache, once). Nothing is committed: the weights exist only in the
-built book.
+with ``BOOK_RECIPE`` and ``MODERN_RECIPE``), the chat model
+(``tinygpt.book.chat_model.chat_model``) and the chat model tuned by DPO
+(``tinygpt.book.preferences.dpo_model``, which chapter 15's panel loads only when the reader asks
+for the comparison) are written by ``tinygpt.book.web_export`` into
+``_build/html/_static/models/`` as ``book.*``, ``modern.*``, ``chat.*`` and ``dpo.*``: from the
+results cache, where chapters 8, 12 and 15 (or ``make models``) stored them earlier (each call
+trains only a model missing from the cache, once). Nothing is committed: the weights exist only
+in the built book.
 
 ``BOOK_WEB_MODELS=off`` in the environment skips the export (the panels then say, when asked
 to generate, that the model could not be loaded). Registered as ``book_web_models: book/_ext``
@@ -51,13 +53,14 @@ def export_models(app: Sphinx, exception: Exception | None) -> None:
         LOGGER.info("book_web_models: BOOK_WEB_MODELS=off, the page's models are not exported")
         return
     from tinygpt.book.chat_model import chat_model
+    from tinygpt.book.preferences import dpo_model
     from tinygpt.book.trained_model import BOOK_RECIPE, MODERN_RECIPE, book_model
     from tinygpt.book.web_export import export_model
 
     folder = Path(app.outdir) / "_static" / "models"
     for name, make in (("book", lambda: book_model(BOOK_RECIPE, progress=False)),
                        ("modern", lambda: book_model(MODERN_RECIPE, progress=False)),
-                       ("chat", chat_model)):
+                       ("chat", chat_model), ("dpo", dpo_model)):
         run = make()
         sizes = export_model(run.model, run.tokenizer, folder, name)
         LOGGER.info(f"book_web_models: {name} -> {folder} ({sizes})")

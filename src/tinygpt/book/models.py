@@ -43,6 +43,7 @@ def steps() -> list[tuple[str, Callable[[], object]]]:
         ("chapter 14: dynamic evaluation", evaluations.dynamic_evaluation),
         ("chapter 15: the chat model", chat_model.chat_model),
         ("chapter 15: the chat model's replies", chat_model.sft_comparison),
+        ("chapter 15: the DPO model", preferences.dpo_model),
         ("chapter 15: preference tuning", preferences.preference_comparison),
     ]
 
