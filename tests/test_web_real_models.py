@@ -9,9 +9,11 @@ PyTorch: the logits of every position to 1e-4, fed at once and one position at a
 the cache; greedy decoding of 300 characters equals ``generate(..., temperature=0)``; seeded
 sampling equals ``generate(..., rng=PCG32(seed))``; the attention weights of every layer and head
 of the book's model equal the softmax of its queries against its keys (``return_weights`` of
-its attention modules) to 1e-5; the chat session's greedy replies equal ``ChatSession``'s.
+its attention modules) to 1e-5; the chat session's greedy replies equal ``ChatSession``'s, with
+the chat model and with the chat model tuned by DPO (``tinygpt.book.preferences.dpo_model``).
 Served over http(s), a page that loads a model adds at most 3 MB (its scripts, the model's
-``.json`` and its float32 ``.bin``).
+``.json`` and its float32 ``.bin``); chapter 15's page adds the DPO model only when the reader
+asks for the comparison.
 
 The models come from the results cache (a few seconds); on a machine where they are not made yet
 ``book_model`` trains them, as ``make models`` would just after the unit tests (minutes): hence
@@ -28,7 +30,7 @@ import pytest
 import torch
 from test_web_engine import NODE, TOL, run_node
 
-from tinygpt.book import chat_model
+from tinygpt.book import chat_model, preferences
 from tinygpt.book.trained_model import BOOK_RECIPE, MODERN_RECIPE, book_data, book_model
 from tinygpt.book.web_export import export_model, weights_of
 from tinygpt.chat import ChatSession
@@ -128,10 +130,14 @@ def test_attention_of_the_book_model_matches_its_modules(val_ids, tmp_path):
         assert spread.max() - spread.min() > 0.05
 
 
-def test_the_chat_model_in_the_page_replies_as_chat_session(tmp_path):
-    chat = chat_model.chat_model()
+CHAT_MODELS = {"chat": chat_model.chat_model, "dpo": preferences.dpo_model}
+
+
+@pytest.mark.parametrize("name", sorted(CHAT_MODELS))
+def test_the_chat_models_in_the_page_reply_as_chat_session(tmp_path, name):
+    chat = CHAT_MODELS[name]()
     model = chat.model.eval()
-    export_model(model, chat.tokenizer, tmp_path / "models", "chat")
+    export_model(model, chat.tokenizer, tmp_path / "models", name)
     speeches = ["What news from the court?", "Speak, good friend: are you well?",
                 "Then let us go together, and the night shall hide us both, for I have heard "
                 "such things of late as make me fear the morning and the king alike.",
@@ -143,20 +149,21 @@ def test_the_chat_model_in_the_page_replies_as_chat_session(tmp_path):
                      "context": len(session.ids)})
     got = run_node(tmp_path, [{"kind": "chat", "speeches": speeches,
                                "settings": {"temperature": 0, "maxChars": 80}}],
-                   tmp_path / "models" / "chat.js", "chat")[0]
+                   tmp_path / "models" / f"{name}.js", name)[0]
     assert got == want
     assert any(w["cut"] > 0 for w in want)  # a speech longer than a turn holds was cut
     lengths = [w["context"] for w in want]
     assert any(b < a for a, b in itertools.pairwise(lengths))  # old turns were dropped
     ids = chat.tokenizer.encode("\u25b7HAMLET:\nWhat news?\n\u25b6HORATIO:\n")
     logits = run_node(tmp_path, [{"kind": "logits", "ids": ids, "cached": True}],
-                      tmp_path / "models" / "chat.js", "chat")[0]
+                      tmp_path / "models" / f"{name}.js", name)[0]
     with torch.no_grad():
         assert np.abs(np.array(logits) - model(torch.tensor([ids]))[0].double().numpy()
                       ).max() <= TOL
 
 
 PAGE_LIMIT = 3_000_000  # bytes a page may add (issue #42): the scripts and one model
+AFTER_COMPARISON = 4_000_000  # chapter 15's page once the reader asked for the DPO model too
 
 
 @pytest.mark.parametrize("name", ["book", "modern", "chat"])
@@ -170,3 +177,21 @@ def test_a_served_page_adds_at_most_3_mb(tmp_path, name):
     added = scripts + sizes[f"{name}.json"] + sizes[f"{name}.bin"]
     assert added <= PAGE_LIMIT, f"{name}: {added:,} bytes"
     assert sizes[f"{name}.bin"] == 4 * sum(t.numel() for _, t in weights_of(run.model))
+
+
+def test_chapter_15_adds_the_dpo_model_only_after_the_click(tmp_path):
+    """Served, chapter 15's page adds its scripts (at most: every script of
+    book/_static/tinygpt) and the chat model's .json and .bin when the reader first says
+    something: at most 3 MB. Before and after DPO then adds the DPO model's .json and .bin, a
+    model of the chat model's size, and nothing else (the chat model is loaded already)."""
+    chat, tuned = chat_model.chat_model(), preferences.dpo_model()
+    sizes = {**export_model(chat.model, chat.tokenizer, tmp_path, "chat"),
+             **export_model(tuned.model, tuned.tokenizer, tmp_path, "dpo")}
+    scripts = sum(p.stat().st_size for p in (STATIC / "tinygpt").glob("*.js"))
+    before = scripts + sizes["chat.json"] + sizes["chat.bin"]
+    after = before + sizes["dpo.json"] + sizes["dpo.bin"]
+    assert before <= PAGE_LIMIT, f"before the click: {before:,} bytes"
+    assert sizes["dpo.bin"] == sizes["chat.bin"]  # the same architecture, other weights
+    assert after <= AFTER_COMPARISON, f"after the click: {after:,} bytes"
+    assert any(not torch.equal(a, b) for (_, a), (_, b) in  # DPO changed the weights
+               zip(weights_of(tuned.model), weights_of(chat.model), strict=True))
