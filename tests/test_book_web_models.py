@@ -64,7 +64,7 @@ def test_registered_and_the_chapters_hold_panels():
                                   ("09_sampling", "panel", 'data-models="book modern"'),
                                   ("05_attention", "attention", 'data-model="book"'),
                                   ("07_gpt", "attention", 'data-model="book"'),
-                                  ("15_chat", "chat", 'data-model="chat"')):
+                                  ("15_chat", "chat", 'data-model="chat" data-compare="dpo"')):
         cells = json.loads((ROOT / "chapters" / f"{chapter}.ipynb").read_text())["cells"]
         panels = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
                   and f'class="tinygpt-{kind}"' in "".join(c["source"])]

@@ -9,8 +9,9 @@ which must be the package's greedy ``generate``; with a seed, the text of
 ``generate(..., rng=PCG32(seed))``. The attention panel: the reader types a text, chooses a
 layer and a head and points at characters (mouse, click, keyboard); the weights shown must be
 those of the model's attention modules. The chat panel: two turns at temperature 0 must show
-``tinygpt.chat.ChatSession``'s replies. Without the engine, or without the model's file, a
-panel says why in one line.
+``tinygpt.chat.ChatSession``'s replies, and Before and after DPO shows the replies of two
+models to one speech side by side (fetched, served, only when asked). Without the engine, or
+without the model's file, a panel says why in one line.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pytest
 import torch
 from browser_support import REPO
 
-from tinygpt.book.web_export import export_model
+from tinygpt.book.web_export import export_model, weights_of
 from tinygpt.chat import SPECIAL_TOKENS, ChatSession
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
@@ -335,3 +336,106 @@ def test_without_the_engine_the_other_panels_say_why(browser, tmp_path, div, scr
     assert "could not start (the engine (engine.js) did not load)" in page.locator(
         "body").inner_text()
     page.close()
+
+
+def tuned_chat_model() -> GPT:
+    """Another chat model of the same shape: the page's stand-in for the DPO model."""
+    torch.manual_seed(2)
+    model = GPT(GPTConfig(vocab_size=len(CHAT_CHARS), block_size=64, n_layer=2, n_head=2,
+                          n_embd=16, bias=False, activation="gelu")).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(15.0)
+    return model
+
+
+COMPARE = ('<div class="tinygpt-chat" data-model="chat" data-compare="dpo"><p>(no chat panel: '
+           'JavaScript is off)</p></div>')
+
+
+def say(panel, page, speech: str, button: str = "button[type=submit]") -> None:
+    panel.locator("textarea[name=speech]").fill(speech)
+    panel.locator(button).click()
+    wait_until_finished(page, "div.tinygpt-chat")
+    assert panel.get_attribute("data-state") == "done", panel.inner_text()
+
+
+def compare_side_by_side(page, models: dict[str, GPT]) -> None:
+    """A turn first (the chat model only), then Before and after DPO: each column is
+    ChatSession's greedy reply of its model; seeded, the chat model's column is the panel's own
+    reply to the same speech in a new conversation by the same settings."""
+    panel = page.locator("div.tinygpt-chat")
+    assert panel.locator("div.tinygpt-compare").is_hidden()
+    panel.locator("input[name=temperature]").fill("0")
+    say(panel, page, "What news?")
+    assert page.evaluate("Object.keys(window.TINYGPT_MODELS || {})") in ([], ["chat"])
+    speech = "Is it so, sir? Then go."  # cut to fit the turn, alike in both
+    say(panel, page, speech, "button[name=compare]")
+    assert panel.locator("div.tinygpt-compare").is_visible()
+    columns = panel.locator("pre.tinygpt-compare-output")
+    assert columns.count() == 2
+    shown = {}
+    for i in range(2):
+        name = columns.nth(i).get_attribute("data-model")
+        session = ChatSession(models[name], CharTokenizer(CHAT_CHARS), temperature=0.0,
+                              max_chars=200)
+        reply = session.reply(speech)
+        shown[name] = columns.nth(i).inner_text()
+        assert shown[name] == "HAMLET:\n" + session.fit(speech) + "\n\n" + reply, name
+    assert sorted(shown) == ["chat", "dpo"] and shown["chat"] != shown["dpo"]
+    assert "before DPO" in panel.inner_text() and "after DPO" in panel.inner_text()
+    panel.locator("input[name=temperature]").fill("1.0")
+    panel.locator("input[name=seed]").fill("5")
+    say(panel, page, speech, "button[name=compare]")
+    seeded = columns.nth(0).inner_text()
+    panel.locator("button[name=new]").click()
+    say(panel, page, speech)
+    assert panel.locator("pre.tinygpt-output").inner_text() == seeded
+    assert seeded != shown["chat"]  # sampled, not greedy
+
+
+def write_compare_page(folder: Path) -> tuple[Path, dict[str, GPT]]:
+    models = {"chat": chat_model(), "dpo": tuned_chat_model()}
+    page = write_page(folder, models["chat"], panel=COMPARE,
+                      panel_scripts=("chat.js", "chat_panel.js"), name="chat", chars=CHAT_CHARS)
+    export_model(models["dpo"], CharTokenizer(CHAT_CHARS), folder / "_static" / "models", "dpo")
+    return page, models
+
+
+def test_chat_panel_compares_before_and_after_dpo_from_disk(browser, tmp_path):
+    page_path, models = write_compare_page(tmp_path)
+    page, errors = open_page(browser, page_path)
+    compare_side_by_side(page, models)
+    assert sorted(page.evaluate("Object.keys(window.TINYGPT_MODELS)")) == ["chat", "dpo"]
+    assert errors == []
+    page.close()
+
+
+def test_a_served_chat_page_fetches_the_dpo_model_only_for_the_comparison(browser, tmp_path):
+    """What a served page adds: the chat model's .json and .bin at the first speech, then, at
+    the click on Before and after DPO, the DPO model's .json and .bin, once."""
+    _, models = write_compare_page(tmp_path)
+    folder = tmp_path / "_static" / "models"
+    with served(tmp_path) as base:
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        asked: list[str] = []
+        page.on("request", lambda r: asked.append(r.url.removeprefix(base)))
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
+                   else route.abort("blockedbyclient"))
+        page.goto(base + "/page.html")
+        panel = page.locator("div.tinygpt-chat")
+        assert [u for u in asked if "/models/" in u] == []  # the page alone: no model
+        panel.locator("input[name=temperature]").fill("0")
+        say(panel, page, "What news?")
+        before = sorted(u for u in asked if "/models/" in u)
+        compare_side_by_side(page, models)
+        page.close()
+    assert before == ["/_static/models/chat.bin", "/_static/models/chat.json"]
+    after = sorted(u for u in asked if "/models/" in u)
+    assert after == [*before, "/_static/models/dpo.bin", "/_static/models/dpo.json"]
+    added = sum((folder / f"dpo.{ext}").stat().st_size for ext in ("json", "bin"))
+    assert added == (folder / "dpo.json").stat().st_size + 4 * sum(  # float32 weights
+        t.numel() for _, t in weights_of(models["dpo"]))
+    assert errors == []
