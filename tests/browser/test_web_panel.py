@@ -439,3 +439,21 @@ def test_a_served_chat_page_fetches_the_dpo_model_only_for_the_comparison(browse
     assert added == (folder / "dpo.json").stat().st_size + 4 * sum(  # float32 weights
         t.numel() for _, t in weights_of(models["dpo"]))
     assert errors == []
+
+
+def test_without_the_dpo_model_the_comparison_says_why_and_the_chat_goes_on(browser, tmp_path):
+    page, errors = open_page(browser, write_page(
+        tmp_path, chat_model(), panel=COMPARE, panel_scripts=("chat.js", "chat_panel.js"),
+        name="chat", chars=CHAT_CHARS))
+    panel = page.locator("div.tinygpt-chat")
+    panel.locator("textarea[name=speech]").fill("What news?")
+    panel.locator("button[name=compare]").click()
+    wait_until_finished(page, "div.tinygpt-chat")
+    assert panel.get_attribute("data-state") == "error"
+    status = panel.locator(".tinygpt-status").inner_text()
+    assert status.startswith("error: could not load") and "dpo.js" in status
+    assert "\n" not in status
+    say(panel, page, "What news?")  # the chat model still answers
+    assert panel.locator("pre.tinygpt-output").inner_text().startswith("HAMLET:\nWhat news?")
+    assert errors == []
+    page.close()
