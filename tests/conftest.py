@@ -333,3 +333,12 @@ def ladder_corpus(monkeypatch, tmp_path) -> LadderCorpus:
     monkeypatch.setattr(ladder, "RUNG_TRAIN", dataclasses.replace(
         ladder.RUNG_TRAIN, max_iters=3, warmup_iters=1, batch_size=4))
     return LadderCorpus(tok, train_ids.tolist(), val_ids.tolist(), calls)
+
+
+def default_ctrl_c() -> None:
+    """A child's ``preexec_fn``: Ctrl-C (SIGINT) back to its default. A shell starts background
+    jobs (``make test &``, ``nohup``) with SIGINT ignored, children inherit that, and Python
+    then installs no KeyboardInterrupt handler: the Ctrl-C tests would test nothing."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import default_ctrl_c
 
 from tinygpt import chat
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
@@ -180,6 +181,7 @@ def controlling_terminal() -> None:
     """In the child, in its new session: make its stdin, the pseudo-terminal, the session's
     controlling terminal, so that Ctrl-C typed on it sends SIGINT as a real terminal does."""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    default_ctrl_c()  # not ignored, as a background shell job would have it
 
 
 def test_the_interactive_loop_at_a_terminal(checkpoints):

@@ -20,7 +20,7 @@ from typing import Literal
 
 import pytest
 import torch
-from conftest import CLI_TEXT, train_cli_checkpoint
+from conftest import CLI_TEXT, default_ctrl_c, train_cli_checkpoint
 from conftest import run_cli as run
 
 import tinygpt
@@ -159,7 +159,8 @@ def test_python_m_tinygpt_stops_on_ctrl_c_and_its_suggested_commands_work(
          *TINY, "--max-iters", "100000", "--save-every", "1", "--eval-interval", "100000",
          "--lr-decay-iters", "4"],  # a schedule that does not depend on --max-iters, which the
         # resume below changes (a resume that changed the rates of steps taken would be refused)
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=default_ctrl_c)
     deadline = time.monotonic() + 60
     while not (out / "checkpoint.json").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -498,7 +499,8 @@ def test_ctrl_c_in_the_first_second_exits_130_without_a_traceback(cli_checkpoint
         proc = subprocess.Popen(
             [sys.executable, "-c", start, "sample", "--out", str(cli_checkpoint),
              "--max-new-tokens", "1000000"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env())
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env(),
+            preexec_fn=default_ctrl_c)
         assert proc.stderr.readline() == "ready\n"
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
@@ -532,7 +534,7 @@ def test_ctrl_c_while_torch_imports_numpy_arrives_after_the_import():
     was lost (torch took it for a missing numpy) or made a later import fail; it is held back
     until torch is imported, then raised."""
     out = subprocess.run([sys.executable, "-c", CTRL_C_IN_NUMPY], capture_output=True, text=True,
-                         env=child_env(), timeout=120, check=False)
+                         env=child_env(), timeout=120, check=False, preexec_fn=default_ctrl_c)
     assert out.stdout.strip() == "interrupted after the import: True", (out.stdout, out.stderr)
 
 
@@ -585,7 +587,8 @@ def test_a_ctrl_c_that_python_would_drop_is_delivered_again(mode, expected):
     """Once seen in CI: Ctrl-C inside the import machinery's weakref callback was dropped and
     `tinygpt sample` went on to exit 0. Plain Python drops it; tinygpt's entry point does not."""
     out = subprocess.run([sys.executable, "-c", IGNORED_INTERRUPT, mode], capture_output=True,
-                         text=True, env=child_env(), timeout=60, check=False)
+                         text=True, env=child_env(), timeout=60, check=False,
+                         preexec_fn=default_ctrl_c)
     assert out.stdout.strip() == expected, (out.stdout, out.stderr)
 
 
