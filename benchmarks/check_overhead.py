@@ -170,6 +170,7 @@ def main() -> None:
         labels = ("checks replaced by no-ops", "checks on (the code as it is)")
         sides = [lambda: measure(args.steps, args.new, off=True),
                  lambda: measure(args.steps, args.new, off=False)]
+    load_before = round(os.getloadavg()[0], 2)
     runs: list[list[dict[str, float]]] = [[], []]
     for _ in range(args.repeat):
         for i, side in enumerate(sides):  # alternate, so that drift hits both sides alike
@@ -185,9 +186,14 @@ def main() -> None:
     print(f"  ratio (second / first): training step {ratios['step_s']:.3f}, "
           f"generated token {ratios['token_s']:.3f}")
     if args.out is not None:
-        record = {"labels": labels, "medians": medians, "ratios": ratios,
+        spread = [{key: [min(r[key] for r in side_runs), max(r[key] for r in side_runs)]
+                   for key in side_runs[0]} for side_runs in runs]  # each side's fastest, slowest
+        record = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
+                  "labels": labels, "medians": medians, "ratios": ratios, "spread": spread,
                   "threads": args.threads, "repeat": args.repeat, "steps": args.steps,
-                  "new": args.new, "torch": torch.__version__, "machine": platform.machine()}
+                  "new": args.new, "torch": torch.__version__,
+                  "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
+                  "load_before": load_before, "load_after": round(os.getloadavg()[0], 2)}
         partial = args.out.with_name(args.out.name + ".partial")  # then renamed: never half a file
         partial.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         os.replace(partial, args.out)
