@@ -1,9 +1,14 @@
 """What the browser tests share: where the book is, how Chromium is started, the pages of _toc.yml,
-and the CI policy for a missing browser (see conftest.py)."""
+the CI policy for a missing browser (see conftest.py), and a local static host."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,3 +62,24 @@ def toc_pages() -> list[str]:
 
 def book_config() -> dict:
     return yaml.safe_load((REPO / "_config.yml").read_text(encoding="utf-8"))
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def served(folder: Path) -> Iterator[str]:
+    """The base URL of ``folder`` served on 127.0.0.1 on a free port (a static host, as GitHub
+    Pages is), until the block ends."""
+    handler = functools.partial(QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, name="static-host", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

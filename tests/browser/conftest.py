@@ -16,18 +16,10 @@ out: see ``norecursedirs`` in pyproject.toml).
 
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 from collections.abc import Iterator
 
 import pytest
-from browser_support import CHROMIUM, CHROMIUM_ARGS, HTML, unavailable
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args) -> None:
-        pass
+from browser_support import CHROMIUM, CHROMIUM_ARGS, HTML, served, unavailable
 
 
 @pytest.fixture(scope="session")
@@ -37,16 +29,8 @@ def site() -> Iterator[str]:
         pytest.fail(
             f"the book is not built ({HTML}/index.html is missing): run `make book`", pytrace=False
         )
-    handler = functools.partial(_QuietHandler, directory=str(HTML))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, name="book-server", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with served(HTML) as base:
+        yield base
 
 
 @pytest.fixture(scope="session")

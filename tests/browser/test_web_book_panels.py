@@ -15,8 +15,8 @@ import contextlib
 
 import pytest
 import torch
-from browser_support import HTML
-from test_web_panel import check_row, served, torch_attention, wait_until_finished
+from browser_support import HTML, served
+from test_web_panel import check_row, open_page, torch_attention, wait_until_finished
 
 from tinygpt.book.chat_model import chat_model
 from tinygpt.book.preferences import dpo_model
@@ -29,12 +29,7 @@ def open_chapter(browser, chapter: str):
     path = HTML / "chapters" / f"{chapter}.html"
     if not path.is_file():
         pytest.fail(f"the book is not built ({path} is missing): run `make book`", pytrace=False)
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.route("http*://**/*", lambda route: route.abort("blockedbyclient"))
-    page.goto(path.as_uri())
-    return page, errors
+    return open_page(browser, path)
 
 
 def test_chapter_9_samples_the_modern_model_greedily(browser):

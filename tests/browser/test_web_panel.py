@@ -16,17 +16,12 @@ without the model's file, a panel says why in one line.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
 import shutil
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from browser_support import REPO
+from browser_support import REPO, served
 
 from tinygpt.book.web_export import export_model, weights_of
 from tinygpt.chat import SPECIAL_TOKENS, ChatSession
@@ -120,22 +115,6 @@ def test_greedy_and_seeded_text_are_the_package_s(browser, tmp_path):
     assert "characters" in page.locator(".tinygpt-status").inner_text()
     assert errors == []
     page.close()
-
-
-@contextlib.contextmanager
-def served(folder: Path) -> Iterator[str]:
-    """The base URL of ``folder`` served on 127.0.0.1 (a static host, as GitHub Pages is)."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    handler.log_message = lambda *args: None  # type: ignore[method-assign]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 @pytest.mark.parametrize("bin_there", [True, False])
@@ -288,8 +267,9 @@ CHAT = '<div class="tinygpt-chat" data-model="chat"><p>(no chat panel: JavaScrip
 CHAT_CHARS = [*CHARS, "L", *SPECIAL_TOKENS]
 
 
-def chat_model() -> GPT:
-    torch.manual_seed(1)
+def chat_model(seed: int = 1) -> GPT:
+    """A small chat model of the panel's characters, weights scaled up so that replies vary."""
+    torch.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=len(CHAT_CHARS), block_size=64, n_layer=2, n_head=2,
                           n_embd=16, bias=False, activation="gelu")).eval()
     with torch.no_grad():
@@ -340,13 +320,7 @@ def test_without_the_engine_the_other_panels_say_why(browser, tmp_path, div, scr
 
 def tuned_chat_model() -> GPT:
     """Another chat model of the same shape: the page's stand-in for the DPO model."""
-    torch.manual_seed(2)
-    model = GPT(GPTConfig(vocab_size=len(CHAT_CHARS), block_size=64, n_layer=2, n_head=2,
-                          n_embd=16, bias=False, activation="gelu")).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(15.0)
-    return model
+    return chat_model(seed=2)
 
 
 COMPARE = ('<div class="tinygpt-chat" data-model="chat" data-compare="dpo"><p>(no chat panel: '
