@@ -15,10 +15,13 @@ This module does not decide where files are looked for; ``tinygpt.data`` does.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -342,3 +345,30 @@ def default_ctrl_c() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+LOCK_HOLDER = """
+import sys
+from pathlib import Path
+from tinygpt.checkpoint import folder
+Path(sys.argv[1]).mkdir(exist_ok=True)
+with folder.locked(Path(sys.argv[1])):
+    print("LOCKED", flush=True)
+    sys.stdin.readline()
+"""
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(path: Path) -> Iterator[subprocess.Popen]:
+    """Another process holding the tinygpt lock of the folder ``path`` (made if missing) for the
+    block; the process is yielded (its ``pid`` is what an error must name), released after."""
+    import tinygpt
+
+    env = {**os.environ, "PYTHONPATH": str(Path(tinygpt.__file__).parents[1])}
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "LOCKED"
+        yield holder
+    finally:
+        holder.communicate("\n", timeout=60)

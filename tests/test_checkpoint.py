@@ -32,6 +32,7 @@ from conftest import (
     FOLDER_TINY,
     assert_one_line_error,
     check_an_out_that_cannot_be_created,
+    lock_held_elsewhere,
     rewrite_manifest,
     saved_tokenizer,
 )
@@ -724,30 +725,13 @@ def test_a_lock_file_that_is_a_fifo_is_refused(capsys, folder_data, tmp_path):
 
 # --- a second trainer, readers during saves ------------------------------------------------------
 
-HOLDER = textwrap.dedent("""
-    import sys, time
-    from pathlib import Path
-    from tinygpt.checkpoint import folder
-    Path(sys.argv[1]).mkdir()
-    with folder.locked(Path(sys.argv[1])):
-        print("LOCKED", flush=True)
-        sys.stdin.readline()
-""")
-
-
 def test_a_second_trainer_gets_an_error_naming_the_first(capsys, data, tmp_path):
     out = tmp_path / "busy"
-    env = {**os.environ, "PYTHONPATH": str(Path(tinygpt.__file__).parents[1])}
-    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert first.stdout.readline().strip() == "LOCKED"
+    with lock_held_elsewhere(out) as first:
         code, _, err = train_cli(capsys, data, out)
         assert_one_line_error(code, err, str(out), "in use by another tinygpt process",
                        f"pid {first.pid}")
         assert sorted(p.name for p in out.iterdir()) == [".tinygpt.lock"]
-    finally:
-        first.communicate("\n", timeout=30)
     assert train_cli(capsys, data, out)[0] == 0  # once it ended, the folder is free
 
 

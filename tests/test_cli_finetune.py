@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import lock_held_elsewhere
 
 from tinygpt import chat
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
@@ -258,34 +259,12 @@ def test_a_resume_of_another_run_is_refused_naming_what_differs(tuned, tmp_path,
 
 
 def test_a_second_finetune_into_a_folder_in_use_is_refused(tuned, tmp_path, capsys):
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
-    import tinygpt
-
-    holder = textwrap.dedent("""
-        import sys
-        from pathlib import Path
-        from tinygpt.checkpoint import folder
-        Path(sys.argv[1]).mkdir()
-        with folder.locked(Path(sys.argv[1])):
-            print("LOCKED", flush=True)
-            sys.stdin.readline()
-    """)
     out = tmp_path / "busy"
-    env = {**os.environ, "PYTHONPATH": str(Path(tinygpt.__file__).parents[1])}
-    first = subprocess.Popen([sys.executable, "-c", holder, str(out)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert first.stdout.readline().strip() == "LOCKED"
+    with lock_held_elsewhere(out):
         code, _, err = finetune(capsys, tuned[0], "--data", tuned[1].parent / "talks.jsonl",
                                 "--out", out, "--max-iters", "2")
         assert code == 2 and "in use by another tinygpt process" in err, err
         assert sorted(p.name for p in out.iterdir()) == [".tinygpt.lock"]
-    finally:
-        first.communicate("\n", timeout=30)
 
 
 def test_the_plays_by_name_fine_tune_a_tiny_model_end_to_end(tmp_path, capsys, monkeypatch):

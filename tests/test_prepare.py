@@ -23,6 +23,7 @@ from conftest import (
     FOLDER_TEXT,
     assert_one_line_error,
     check_an_out_that_cannot_be_created,
+    lock_held_elsewhere,
     prepare_bpe_shards,
     prepare_char_shards,
     prepare_cli,
@@ -617,7 +618,6 @@ def test_a_run_killed_between_progress_saves_resumes_exactly(tmp_path, monkeypat
 
 
 def test_an_input_changed_with_the_same_size_and_time_is_prepared_again(tmp_path):
-    import os
 
     corpus, out = make_small_corpus(tmp_path / "in"), tmp_path / "out"
     first = prepare_run.write_shards(corpus, out, TINY_SHARDS, workers=1)
@@ -655,7 +655,6 @@ def test_a_full_disk_names_the_file_and_says_what_to_do(capsys, tmp_path, monkey
 
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 def test_prepare_of_a_device_or_fifo_says_what_it_is_not_no_such_file(capsys, tmp_path, kind):
-    import os
 
     from conftest import run_cli as run
 
@@ -712,29 +711,10 @@ def test_a_file_growing_while_it_is_read_is_read_to_its_size_at_the_start(tmp_pa
 
 # --- prepare's lock ------------------------------------------------------------------------------
 
-HOLDER = """
-import sys
-from pathlib import Path
-from tinygpt.checkpoint import folder
-with folder.locked(Path(sys.argv[1])):
-    print("LOCKED", flush=True)
-    sys.stdin.readline()
-"""
-
-
 def test_a_second_prepare_into_a_folder_in_use_is_refused_and_changes_nothing(capsys, tmp_path):
-    import subprocess
-    import sys
-
-    import tinygpt
-
     shards = prepare_char_shards(capsys, tmp_path)
     before = {p.name: p.read_bytes() for p in shards.iterdir() if p.name != ".tinygpt.lock"}
-    env = {**os.environ, "PYTHONPATH": str(Path(tinygpt.__file__).parents[1])}
-    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(shards)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert first.stdout.readline().strip() == "LOCKED"
+    with lock_held_elsewhere(shards) as first:
         code, _, err = run_cli(capsys, "prepare", tmp_path / "shards-in", "--out", shards,
                                "--tokenizer", "bpe", "--vocab-size", "300", "--overwrite",
                                "--workers", "1", "--quiet")
@@ -742,8 +722,6 @@ def test_a_second_prepare_into_a_folder_in_use_is_refused_and_changes_nothing(ca
                        f"pid {first.pid}")
         after = {p.name: p.read_bytes() for p in shards.iterdir() if p.name != ".tinygpt.lock"}
         assert after == before
-    finally:
-        first.communicate("\n", timeout=60)
     code, _, err = run_cli(capsys, "prepare", tmp_path / "shards-in", "--out", shards,
                            "--tokenizer", "bpe", "--vocab-size", "300", "--overwrite",
                            "--workers", "1", "--quiet", "--val-fraction", "0.3", "--seed", "1")
