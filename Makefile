@@ -5,7 +5,8 @@
 #   make models  train (or resume, or load) the models and results the chapters cache, each with
 #                a progress bar and outside any notebook cell (python -m tinygpt.book.models)
 #   make test    set up, then lint (ruff), type-check the package (mypy), run the unit tests,
-#                the chapters (nbval), the book build and the browser tests
+#                the chapters (nbval), the book build (from the outputs nbval checked) and the
+#                browser tests
 #   make test-browser  test the built book in Chromium, and a chapter in JupyterLab
 #   make lab     open the chapters in JupyterLab (MyST rendered by jupyterlab-myst)
 #   make format  format the chapters' code to 88 columns and refresh their glued numbers
@@ -138,7 +139,9 @@ test: setup
 	@$(call timed,models: python -m tinygpt.book.models,$(MAKE) models)
 	@# nbval cannot switch its cell timeout off: a day stands for none (the models are made above)
 	@$(call timed,chapters: pytest --nbval-lax chapters/,$(BIN)/python -m pytest --nbval-lax --nbval-cell-timeout=86400 chapters/)
-	@$(call timed,book: jupyter-book build (BOOK_EXECUTE=$(BOOK_EXECUTE)),$(MAKE) book)
+	@# The chapters ran just above, each cell's output checked where it is marked: the book is
+	@# built from those committed outputs rather than running all fifteen chapters a second time.
+	@$(call timed,book: jupyter-book build (BOOK_EXECUTE=off: the outputs nbval checked),$(MAKE) book BOOK_EXECUTE=off)
 	@$(call timed,browser: pytest tests/browser,$(MAKE) test-browser)
 
 # The built book, page by page, in headless Chromium (/usr/bin/chromium, driven by Playwright),

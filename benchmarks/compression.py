@@ -21,9 +21,9 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-from tinygpt import data
 from tinygpt.book import ladder
 from tinygpt.book.compression import code_length
+from tinygpt.files.writing import write_atomically
 
 
 def main() -> None:
@@ -48,7 +48,7 @@ def main() -> None:
         record["rows"].append(row)
         print(f"{rung.title:40s} {row['nats_per_char']:.4f} nats/char "
               f"{row['bits_per_char']:.4f} bits/char ({row['seconds']:.1f} s)", flush=True)
-    data.write_atomically((json.dumps(record, indent=1) + "\n").encode("utf-8"), Path(args.out))
+    write_atomically((json.dumps(record, indent=1) + "\n").encode("utf-8"), Path(args.out))
     print(f"wrote {args.out}")
 
 

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import torch
 
-from tinygpt import data
 from tinygpt.book import trained_model
 from tinygpt.book.dynamic_eval import dynamic_score
 from tinygpt.book.scoring import score
+from tinygpt.files.writing import write_atomically
 from tinygpt.model import GPT
 from tinygpt.runtime import one_thread
 from tinygpt.train import train
@@ -107,7 +107,7 @@ def main() -> None:
     text = json.dumps(record, indent=1) + "\n"
     if args.write:
         out = Path(args.out or f"benchmarks/results/dynamic_eval_{args.model}.json")
-        data.write_atomically(text.encode("utf-8"), out)
+        write_atomically(text.encode("utf-8"), out)
         print(f"wrote {out}")
     else:
         print(text)

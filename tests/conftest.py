@@ -252,7 +252,7 @@ def check_an_out_that_cannot_be_created(capsys, folder_data: Path, tmp_path: Pat
 
 # --- the tokenizer entry of both manifests (test_tokenizer, test_checkpoint, test_prepare) ------
 
-# Entries that tinygpt.tokenizer.tokenizer_entry never writes, and words the error must say
+# Entries that tinygpt.files.manifest.tokenizer_entry never writes, and words the error must say
 # besides the manifest's name (a checkpoint's and a shards folder's alike).
 BAD_TOKENIZER_ENTRIES: dict[str, tuple[object, str]] = {
     "a list": (["char", "abc"], "tokenizer entry is list, not an object"),

@@ -47,8 +47,11 @@ TINY = Recipe(
 
 @pytest.fixture
 def trains(tmp_path, monkeypatch) -> list[int]:
-    """Cache into ``tmp_path``, read the small corpus, and count ``train``'s calls."""
+    """Cache into ``tmp_path``, read the small corpus, count ``train``'s calls, and train on one
+    thread however busy the machine is: the tests compare a run with another bit for bit, which
+    holds only on as many threads (``runtime.free_threads`` follows the load)."""
     monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path))
+    monkeypatch.setattr(trained_model, "free_threads", lambda: one_thread())
     monkeypatch.setattr(data, "load_text", lambda name: TEXT)
     calls: list[int] = []
     real = trained_model.train

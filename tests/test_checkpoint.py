@@ -148,7 +148,7 @@ def test_bpe_tokenizer_travels_in_its_own_file(tmp_path):
 
 
 def test_the_manifest_records_the_tokenizer_as_before(tmp_path):
-    """The tokenizer entry (``tinygpt.tokenizer.tokenizer_entry``, shared with shards folders)
+    """The tokenizer entry (``tinygpt.files.manifest.tokenizer_entry``, shared with shards folders)
     keeps the checkpoint format: the characters inline, or BPE's ``tokenizer.json`` (the bytes
     ``BPETokenizer.save`` writes) and ``tokenizer.vocab`` listed with the version's other files;
     no ``sha256`` in the entry and nothing else in the version folder."""
@@ -1088,4 +1088,20 @@ def test_the_api_refuses_to_resume_with_another_tokenizer(tmp_path):
               progress=False, resume=True)
     train(model, cfg, ids, ids, out_dir=tmp_path, tokenizer=CharTokenizer("abcd"),
           progress=False, resume=True)
+
+
+def test_a_version_folder_a_save_left_midway_is_removed_whole_but_a_users_file_stays(tmp_path):
+    from tinygpt.checkpoint.folder import remove_version
+
+    version = tmp_path / "step-000010-abcdef12"
+    version.mkdir()
+    (version / "model.safetensors").write_bytes(b"weights")
+    (version / ".tokenizer.json.abcd_123.part").write_bytes(b"half a tokenizer")  # killed here
+    remove_version(version)
+    assert not version.exists()
+    version.mkdir()
+    (version / "model.safetensors").write_bytes(b"weights")
+    (version / "notes.txt").write_text("the user's")
+    remove_version(version)
+    assert [p.name for p in version.iterdir()] == ["notes.txt"]
 

@@ -1,7 +1,6 @@
-"""Tests for tinygpt.data: file lookup, checksums, downloads, and the Shakespeare corpus; and what
-checkpoint and shards folders share about files (``parse_manifest``, ``write_atomically``): every
-JSON file tinygpt wrote and reads back, nested too deeply or without its keys, is a clear error,
-and the files written get the mode the umask gives."""
+"""Tests for tinygpt.data: file lookup, checksums, downloads, and the Shakespeare corpus.
+
+How tinygpt's own files are read and written is tested in test_files.py."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import dataclasses
 import functools
 import hashlib
 import http.server
-import os
 import re
 import sys
 import threading
@@ -17,16 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import (
-    FOLDER_TEXT,
-    FOLDER_TINY,
-    assert_one_line_error,
-    prepare_bpe_shards,
-    rewrite_shards_manifest,
-)
-from conftest import run_cli as run
 
 from tinygpt import data, gpt2, shakespeare
+from tinygpt.files.reading import sha256_of
 
 # --- Finding files ----------------------------------------------------------------------------
 
@@ -169,7 +160,7 @@ def test_merges_download_drops_the_version_header(places, server, monkeypatch) -
 @pytest.mark.parametrize("name", ["tinyshakespeare", "names", "gpt2/vocab.json", "gpt2/merges.txt"])
 def test_real_files_match_their_checksums(data_path, name: str) -> None:
     path = data_path(name)
-    assert data.sha256_of(path) == data.DATASETS[name].sha256
+    assert sha256_of(path) == data.DATASETS[name].sha256
 
 
 def test_load_text_of_real_files(data_path) -> None:
@@ -353,138 +344,3 @@ def test_cache_folder_that_cannot_be_written_keeps_the_download(tmp_path, monkey
     finally:
         httpd.shutdown()
         httpd.server_close()
-
-
-
-# --- the files tinygpt writes and reads back -----------------------------------------------------
-
-NESTED = ("[" * 100_000 + "]" * 100_000).encode()  # json.loads: RecursionError
-
-
-def test_nested_or_key_less_json_in_any_file_tinygpt_wrote_is_a_clear_error(capsys, tmp_path,
-                                                                           monkeypatch):
-    import hashlib
-    import json
-    import shutil
-    import warnings
-
-    from conftest import checksum_of, rewrite_manifest
-
-    from tinygpt.book import ladder, results_cache
-    from tinygpt.checkpoint import load_checkpoint
-    from tinygpt.checkpoint.folder import CheckpointError
-    from tinygpt.tokenizer import BPETokenizer
-
-    def refused(argv, *words):
-        code, _, err = run(capsys, *argv)
-        assert_one_line_error(code, err, *words)
-
-    fields = {"format": "tinygpt-checkpoint", "version": 2}  # with a right checksum, no keys
-    ckpt_keyless = json.dumps({**fields, "checksum": checksum_of(fields)}).encode()
-    fields = {"format": "tinygpt-shards", "version": 1, "vocab_size": 40, "dtype": "<u2"}
-    shards_keyless = json.dumps({**fields, "checksum": checksum_of(fields)}).encode()
-    tok_keyless = json.dumps({"format": "tinygpt-bpe", "version": 1}).encode()
-
-    # a checkpoint's manifest, read by sample and load_checkpoint
-    ck, text = tmp_path / "ck", tmp_path / "t.txt"
-    text.write_text(FOLDER_TEXT)
-    code, _, err = run(capsys, "train", "--data", text, "--out", ck, "--tokenizer", "bpe",
-                       "--vocab-size", "270", *FOLDER_TINY)
-    assert code == 0, err
-    good = (ck / "checkpoint.json").read_bytes()
-    for payload in (NESTED, ckpt_keyless):
-        (ck / "checkpoint.json").write_bytes(payload)
-        refused(["sample", "--out", ck, "--max-new-tokens", "5"], "checkpoint.json")
-        with pytest.raises(CheckpointError, match=r"checkpoint\.json"):
-            load_checkpoint(ck)
-    (ck / "checkpoint.json").write_bytes(good)
-
-    # a checkpoint's tokenizer.json (its size and SHA-256 in the manifest updated)
-    version = ck / json.loads(good)["folder"]
-    tok_good = (version / "tokenizer.json").read_bytes()
-    for payload in (NESTED, tok_keyless):
-        (version / "tokenizer.json").write_bytes(payload)
-        entry = {"sha256": hashlib.sha256(payload).hexdigest(), "size": len(payload)}
-        rewrite_manifest(ck, lambda m, e=entry: m["files"].update({"tokenizer.json": e}))
-        with pytest.raises(CheckpointError, match=r"tokenizer\.json"):
-            load_checkpoint(ck)
-        with pytest.raises(ValueError, match=r"tokenizer\.json"):
-            BPETokenizer.load(version / "tokenizer.json")
-
-    # a checkpoint without its RNG states, resumed
-    (version / "tokenizer.json").write_bytes(tok_good)
-    (ck / "checkpoint.json").write_bytes(good)
-    rewrite_manifest(ck, lambda m: m.update(rng_states={}))
-    refused(["train", "--data", text, "--out", ck, *FOLDER_TINY, "--resume",
-             "--max-iters", "8"], "no RNG state 'torch'")
-
-    # a shards folder's manifest and tokenizer file, and prepare's progress file
-    folder = prepare_bpe_shards(capsys, tmp_path)
-    manifest = (folder / "shards.json").read_bytes()
-    for payload in (NESTED, shards_keyless):
-        (folder / "shards.json").write_bytes(payload)
-        refused(["train", "--data", folder, "--out", tmp_path / "run", *FOLDER_TINY], "shards.json")
-    (folder / "shards.json").write_bytes(manifest)
-    for drop in ("dtype", "tokenizer", "shards", "eot"):
-        rewrite_shards_manifest(folder, lambda m, k=drop: m.pop(k))
-        refused(["train", "--data", folder, "--out", tmp_path / "run", *FOLDER_TINY], "shards.json")
-        (folder / "shards.json").write_bytes(manifest)
-    for split, key in (("val", "file"), ("train", "sha256"), ("val", "tokens")):
-        rewrite_shards_manifest(folder, lambda m, s=split, k=key: m["shards"][s][0].pop(k))
-        refused(["train", "--data", folder, "--out", tmp_path / "run", *FOLDER_TINY], "shards.json")
-        (folder / "shards.json").write_bytes(manifest)
-    tokenizer = (folder / "tokenizer.json").read_bytes()
-    special = json.loads(tokenizer)
-    assert special["special_tokens"] == {"<|endoftext|>": 299}
-    special["special_tokens"] = [[1, 299]]  # a list of pairs: dict() takes it, 1 is no string
-    for payload in (NESTED, tok_keyless, json.dumps(special).encode()):
-        (folder / "tokenizer.json").write_bytes(payload)
-        digest = hashlib.sha256(payload).hexdigest()
-        rewrite_shards_manifest(folder, lambda m, d=digest: m["tokenizer"].update(sha256=d))
-        refused(["train", "--data", folder, "--out", tmp_path / "run", *FOLDER_TINY],
-                "tokenizer.json")
-        with pytest.raises(ValueError, match=r"tokenizer\.json"):
-            BPETokenizer.load(folder / "tokenizer.json")
-        (folder / "shards.json").write_bytes(manifest)
-    (folder / "tokenizer.json").write_bytes(tokenizer)
-    again = tmp_path / "again"
-    shutil.copytree(folder, again)
-    (again / "shards.json").unlink()
-    for payload in (NESTED, shards_keyless):  # a killed run's progress: started over
-        (again / ".shards-progress.json").write_bytes(payload)
-        code, _, err = run(capsys, "prepare", tmp_path / "shards-in", "--out", again,
-                           "--tokenizer", "bpe", "--vocab-size", "300", "--val-fraction", "0.3",
-                           "--seed", "1", "--workers", "1", "--quiet")
-        assert code == 0, err
-        assert (again / "shards.json").read_bytes() == manifest
-        (again / "shards.json").unlink()
-
-    # a cached result (ladder.rung_loss): reported, and computed again
-    monkeypatch.setenv("TINYGPT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(ladder, "_compute", lambda key: 1.25)
-    for payload in (NESTED, b"{}", json.dumps({"sha256": results_cache._checksum(7)}).encode()):
-        path = ladder._path("uniform")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(payload)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert ladder.rung_loss("uniform") == 1.25
-        assert any("corrupt cache entry" in str(w.message) for w in caught)
-
-
-@pytest.mark.parametrize("umask", [0o022, 0o027])
-def test_files_get_the_mode_the_umask_gives(capsys, tmp_path, umask):
-    import stat
-
-    old = os.umask(umask)
-    try:
-        shards = prepare_bpe_shards(capsys, tmp_path)
-        out = tmp_path / "run"
-        code, _, err = run(capsys, "train", "--data", shards, "--out", out, *FOLDER_TINY)
-        assert code == 0, err
-    finally:
-        os.umask(old)
-    written = [p for p in [*shards.iterdir(), *out.rglob("*")] if p.is_file()]
-    assert len(written) > 8
-    for path in written:
-        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path

@@ -70,6 +70,7 @@ SUBPACKAGES: dict[str, str] = {
     "cli": "the tinygpt command: its parser, options, preflight checks and subcommands",
     "exercises": "graded exercises: the reader's functions checked against the package's own",
     "figures": "the chapters' diagrams and the drawing layer under them",
+    "files": "how tinygpt reads and writes its own files: safe reads, atomic writes, locks",
     "prepare": "a corpus into token shards, in worker processes",
 }
 # Layers built on the chapters' pieces: a piece that imported one would depend on its own users.

@@ -215,7 +215,7 @@ def test_every_name_prepare_writes_is_its_own_and_nothing_else(tmp_path):
 
 
 def test_the_manifest_records_the_tokenizer_as_before(tmp_path):
-    """The tokenizer entry (``tinygpt.tokenizer.tokenizer_entry``, shared with checkpoints)
+    """The tokenizer entry (``tinygpt.files.manifest.tokenizer_entry``, shared with checkpoints)
     keeps the shards format: BPE's file as ``BPETokenizer.save`` writes it, with its SHA-256 in
     the entry; a char tokenizer's characters inline."""
     out = tmp_path / "bpe"

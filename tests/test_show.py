@@ -11,6 +11,7 @@ from IPython.core.formatters import DisplayFormatter
 
 from tinygpt import data, shakespeare
 from tinygpt.book import show
+from tinygpt.files.reading import sha256_of
 
 
 def _with_a_fence() -> str:
@@ -41,7 +42,7 @@ def test_header_names_the_file_and_lines() -> None:
 
 
 def test_notebook_gets_markdown_and_text_but_no_html() -> None:
-    bundle, _ = DisplayFormatter().format(show.source(data.sha256_of))
+    bundle, _ = DisplayFormatter().format(show.source(sha256_of))
     assert set(bundle) == {"text/markdown", "text/plain"}
     assert "def sha256_of" in bundle["text/markdown"] and "def sha256_of" in bundle["text/plain"]
     json.dumps(bundle)  # storable in a notebook

@@ -19,6 +19,7 @@ from tinygpt.bpe import encode_chunk, split_text
 from tinygpt.prepare import documents
 from tinygpt.prepare.documents import Options, parts
 from tinygpt.prepare.workers import count_words
+from tinygpt.stream import special_sets
 from tinygpt.tokenizer import BPETokenizer
 
 TRAINING = ("First Citizen: Before we proceed any further, hear me speak.\n\nAll: Speak, speak.\n"
@@ -337,3 +338,14 @@ def test_run_cuts_are_llama_3s_cuts(monkeypatch, limit):
         text = random_text(rng) + "".join(rng.choice("a \n\x1c") * rng.randint(0, 30)
                                           for _ in range(rng.randint(0, 3)))
         assert stream.run_cuts(text) == naive_run_cuts(text, limit), text
+
+
+def test_special_sets_read_encodes_two_arguments_as_tiktoken_does():
+    specials = {"<|endoftext|>": 300, "<|user|>": 301}
+    assert special_sets(specials, (), "all") == (set(), set(specials))
+    assert special_sets(specials, "all", "all") == (set(specials), set())
+    assert special_sets(specials, {"<|user|>"}, ()) == ({"<|user|>"}, set())
+    with pytest.raises(TypeError, match=r"not the string '<\|user\|>'"):
+        special_sets(specials, "<|user|>", "all")
+    with pytest.raises(ValueError, match=r"disallowed_special names \['<\|x\|>'\]"):
+        special_sets(specials, (), {"<|x|>"})

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import tiktoken
-from conftest import BAD_TOKENIZER_ENTRIES, FOLDER_TEXT, REDOS, require_data, saved_tokenizer
+from conftest import FOLDER_TEXT, REDOS, require_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,13 +21,9 @@ from tinygpt.bpe import GPT2_PATTERN, PATTERNS, split_text
 from tinygpt.gpt2 import load_tokenizer
 from tinygpt.tokenizer import (
     EOT,
-    TOKENIZER_FILE,
     BPETokenizer,
     CharTokenizer,
     render_token,
-    tokenizer_entry,
-    tokenizer_fingerprint,
-    tokenizer_from_entry,
 )
 
 FAST = settings(max_examples=80, deadline=None)
@@ -296,58 +292,6 @@ def test_load_rejects_bad_files(trained, tmp_path):
             BPETokenizer.load(bad)
     with pytest.raises(ValueError, match="missing"):
         BPETokenizer.load(tmp_path / "missing.json")
-
-
-# ---------------------------------------------------------------- a manifest's tokenizer entry
-class ManifestError(ValueError):
-    """Stands for a manifest's own error class (CheckpointError, ShardError)."""
-
-
-@pytest.mark.parametrize("kind", ["char", "bpe", "gpt2"])
-def test_the_entry_reader_gives_back_what_the_writer_wrote(kind, tmp_path):
-    tokenizer = saved_tokenizer(kind)
-    entry = json.loads(json.dumps(tokenizer_entry(tokenizer, tmp_path)))  # as a manifest holds it
-    read: list[str] = []
-
-    def read_file(name: str) -> bytes:
-        read.append(name)
-        return (tmp_path / name).read_bytes()
-
-    again = tokenizer_from_entry(entry, tmp_path / "manifest.json", tmp_path, read_file)
-    assert type(again) is type(tokenizer)
-    assert tokenizer_fingerprint(again) == tokenizer_fingerprint(tokenizer)
-    assert read == ([] if kind == "char" else [TOKENIZER_FILE])
-    text = "to be, or not to be: café 雪\n\t"
-    assert again.encode(text) == tokenizer.encode(text)
-
-
-@pytest.mark.parametrize("case", BAD_TOKENIZER_ENTRIES)
-def test_an_entry_the_writer_never_writes_is_refused_naming_the_manifest(case, tmp_path):
-    entry, words = BAD_TOKENIZER_ENTRIES[case]
-
-    def read_file(name: str) -> bytes:
-        raise AssertionError(f"no file is read for an entry that is not one ({name})")
-
-    where = tmp_path / "manifest.json"
-    with pytest.raises(ManifestError) as caught:
-        tokenizer_from_entry(entry, where, tmp_path, read_file, error=ManifestError)
-    message = str(caught.value)
-    assert message.startswith(f"{where}: ") and words in message and "\n" not in message
-
-
-def test_the_entry_reader_lets_the_manifests_file_check_speak_and_names_a_bad_file(tmp_path):
-    entry = {"type": "bpe", "file": TOKENIZER_FILE}
-
-    def altered(name: str) -> bytes:
-        raise ManifestError(f"{tmp_path / name}: SHA-256 differs from the manifest's")
-
-    with pytest.raises(ManifestError, match="SHA-256 differs"):
-        tokenizer_from_entry(entry, tmp_path / "m.json", tmp_path, altered, error=ManifestError)
-    with pytest.raises(ManifestError) as caught:  # checked bytes that are no tokenizer file
-        tokenizer_from_entry(entry, tmp_path / "m.json", tmp_path / "v1",
-                             lambda name: b'{"format": "something else"}', error=ManifestError)
-    assert str(caught.value).startswith(f"cannot load a tokenizer from {tmp_path / 'v1'}/"
-                                        f"{TOKENIZER_FILE}: ")
 
 
 TEXT = "Hello, world! The cat sat on the mat.\n" * 20

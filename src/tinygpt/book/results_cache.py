@@ -34,7 +34,6 @@ import os
 import re
 import secrets
 import shutil
-import stat
 import sys
 import time
 import warnings
@@ -43,7 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from tinygpt import data
-from tinygpt.checkpoint.folder import CheckpointError, fsync_dir, open_lock
+from tinygpt.checkpoint.folder import CheckpointError
+from tinygpt.files.locking import CAN_LOCK, open_lock, take_lock
+from tinygpt.files.reading import read_regular
+from tinygpt.files.writing import fsync_dir, write_atomically
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/tinygpt
 
@@ -149,7 +151,8 @@ def read_json(path: Path) -> Any | None:
     """The content of the cache entry ``path``, or ``None`` if there is none or it is corrupt
     (a warning then says so, and the caller computes the result again)."""
     try:
-        raw = json.loads(_read_regular(Path(path)).decode("utf-8"))
+        raw = json.loads(read_regular(Path(path), missing=FileNotFoundError,
+                                      max_size=MAX_ENTRY).decode("utf-8"))
         if raw["sha256"] != _checksum(raw["content"]):
             raise ValueError("its checksum does not match its content")
         return raw["content"]
@@ -165,19 +168,6 @@ def read_json(path: Path) -> Any | None:
 MAX_ENTRY = 1 << 26  # bytes: a larger cache entry is not one of ours
 
 
-def _read_regular(path: Path) -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most ``MAX_ENTRY`` bytes; a FIFO is
-    opened without blocking and refused, as are a folder and a device (ValueError)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file (a folder, FIFO or device)")
-        if info.st_size > MAX_ENTRY:
-            raise ValueError(f"{info.st_size} bytes, more than a cache entry holds")
-        return f.read(MAX_ENTRY + 1)
-
-
 def write_json(path: Path, content: Any) -> Path:
     """Write ``content`` (JSON-able) with its checksum to ``path`` atomically. Where that cannot
     be done (a folder in its place, a read-only or full disk) a warning says so and the result
@@ -187,7 +177,7 @@ def write_json(path: Path, content: Any) -> Path:
     try:
         if path.is_dir() and not path.is_symlink():
             raise IsADirectoryError(errno.EISDIR, "a folder is in its place", str(path))
-        return data.write_atomically(json.dumps(raw, indent=1).encode("utf-8"), path)
+        return write_atomically(json.dumps(raw, indent=1).encode("utf-8"), path)
     except OSError as err:
         warnings.warn(f"cannot cache the result in {path} ({why_not(err, path)}); it will be "
                       "computed again next time", stacklevel=2)
@@ -221,30 +211,24 @@ def lock(path: Path, waiting: str | None = None) -> Iterator[bool]:
     The lock file is opened only as a regular file, never through a link. It is left in place
     (removing it would let a third process lock a new file while the second holds the old one).
     """
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        fcntl = None  # type: ignore[assignment]  # the module's name, or None without it
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd: int | None = open_lock(lock_path(path))
-    except (OSError, CheckpointError):  # the cache cannot be written: writing it will say so
+    except (OSError, ValueError):  # the cache cannot be written: writing it will say so
         fd = None
     if fd is None:
         yield False
         return
     try:
-        held = fcntl is not None
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+        held = CAN_LOCK
+        try:
+            if not take_lock(fd):
                 if waiting:
                     print(waiting, file=sys.stderr)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:  # a file system without locks
-                held = False
+                take_lock(fd, wait=True)
+        except OSError:  # a file system without locks
+            held = False
         yield held
     finally:
         os.close(fd)  # releases the lock
@@ -298,9 +282,7 @@ def prune(path: Path, keep: int = KEEP) -> list[Path]:
     mine = ENTRY.fullmatch(path.name)
     if mine is None:
         raise ValueError(f"{path.name!r} is not the name of a cache entry (<name>-<key>)")
-    try:
-        import fcntl
-    except ImportError:  # Windows: nothing is pruned
+    if not CAN_LOCK:  # Windows: nothing is pruned
         return []
 
     def newest_first(entry: Path) -> float:
@@ -316,12 +298,12 @@ def prune(path: Path, keep: int = KEEP) -> list[Path]:
     for old in same[max(keep - 1, 0):]:
         try:
             fd = open_lock(lock_path(old))
-        except (OSError, CheckpointError):
+        except (OSError, ValueError):
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held elsewhere: being read, left
-            remove_entry(old)
-            removed.append(old)
+            if take_lock(fd):  # held elsewhere: being read, left
+                remove_entry(old)
+                removed.append(old)
         except OSError:
             pass
         finally:
@@ -356,7 +338,7 @@ def store_folder(path: Path, save: Callable[[Path], object], what: str, *,
         fsync_dir(path.parent)
     except BaseException as err:  # an error or an interrupt: no temporary folder is left
         remove_entry(tmp)
-        if not isinstance(err, (OSError, CheckpointError)):
+        if not isinstance(err, (OSError, CheckpointError)):  # the save's own: a full disk...
             raise
         why = why_not(err, path) if isinstance(err, OSError) else str(err)
         warnings.warn(f"could not cache {what} in {path} ({why}); it will be computed again "

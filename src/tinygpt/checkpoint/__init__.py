@@ -40,31 +40,24 @@ from tinygpt.checkpoint.folder import (
     CHECKPOINT_ENTRIES,
     FORMAT,
     MANIFEST,
-    MAX_JSON,
     MODEL_FILE,
     OPTIMIZER_FILE,
     VERSION,
     VERSION_FILES,
     CheckpointError,
-    fsync_dir,
     is_tinygpt_manifest,
     locked,
     new_version,
-    read_regular,
+    read_checkpoint_file,
     remove_stale,
     remove_version,
     swap_manifest,
-    write_synced,
 )
 from tinygpt.config import GPTConfig, TrainConfig
-from tinygpt.data import manifest_checksum
-from tinygpt.tokenizer import (
-    BPETokenizer,
-    CharTokenizer,
-    SavedTokenizer,
-    tokenizer_entry,
-    tokenizer_from_entry,
-)
+from tinygpt.files.manifest import manifest_checksum, tokenizer_entry, tokenizer_from_entry
+from tinygpt.files.reading import MAX_JSON
+from tinygpt.files.writing import fsync_dir, write_synced
+from tinygpt.tokenizer import BPETokenizer, CharTokenizer, SavedTokenizer
 
 if TYPE_CHECKING:  # torch and the model are imported by the functions that use them, so that
     # the folder helpers (tinygpt.checkpoint.folder: the lock, safe reads) import without torch
@@ -237,7 +230,7 @@ def tokenizer_misfit(tokenizer: SavedTokenizer, model_config: GPTConfig) -> str 
 def _current(out: Path) -> dict[str, Any]:
     """The manifest now in ``out`` (unchecked), or ``{}``."""
     try:
-        meta = json.loads(read_regular(out / MANIFEST, max_size=MAX_JSON))
+        meta = json.loads(read_checkpoint_file(out / MANIFEST, max_size=MAX_JSON))
     except (CheckpointError, ValueError, RecursionError):
         return {}
     return meta if isinstance(meta, dict) else {}
@@ -384,7 +377,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
             return _load(folder, meta)
         except CheckpointError:
             try:
-                again = read_regular(folder / MANIFEST, max_size=MAX_JSON)
+                again = read_checkpoint_file(folder / MANIFEST, max_size=MAX_JSON)
             except CheckpointError:
                 again = raw
             if again == raw or attempt == 19:  # not a save that switched versions: a real error

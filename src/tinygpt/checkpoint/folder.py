@@ -19,19 +19,19 @@ import os
 import re
 import secrets
 import shutil
-import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from tinygpt.data import temporary_names, write_atomically
-from tinygpt.tokenizer import TOKENIZER_FILE, TOKENIZER_VOCAB_FILE
+from tinygpt.files.locking import CAN_LOCK, open_lock, take_lock
+from tinygpt.files.manifest import TOKENIZER_FILE, TOKENIZER_VOCAB_FILE
+from tinygpt.files.reading import MAX_JSON, open_regular, read_regular
+from tinygpt.files.writing import fsync_dir, temporary_names, write_atomically, write_synced
 
 MANIFEST, LOCK_FILE = "checkpoint.json", ".tinygpt.lock"
 MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
 VERSION_FILES = (MODEL_FILE, OPTIMIZER_FILE, TOKENIZER_FILE, TOKENIZER_VOCAB_FILE)
 FORMAT, VERSION = "tinygpt-checkpoint", 2
-MAX_JSON = 1 << 30  # a manifest or tokenizer file larger than 1 GiB is not one of ours
 
 
 class CheckpointError(ValueError):
@@ -86,30 +86,6 @@ CHECKPOINT_ENTRIES = OwnEntries(
                + r"|\.checkpoint\.json\.tmp-[0-9a-f]{8}|\.tinygpt-probe-[0-9a-f]{8}"))
 
 
-def write_synced(path: Path, data: bytes) -> None:
-    """Create ``path`` (it must not exist) holding ``data``, flushed to the disk."""
-    try:
-        with open(path, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as err:  # f.write names no file: name it (a full disk, say)
-        if err.filename is None:
-            err.filename = str(path)
-        raise
-
-
-def fsync_dir(path: Path) -> None:
-    """Flush a folder's entries (a rename in it) to the disk, where the system allows it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # folders cannot be opened on some systems (Windows)
-        return
-    with contextlib.suppress(OSError):
-        os.fsync(fd)
-    os.close(fd)
-
-
 def new_version(out: Path, step: int) -> Path:
     """Create and return a fresh, empty version folder ``out/step-NNNNNN-xxxxxxxx``."""
     while True:
@@ -121,11 +97,20 @@ def new_version(out: Path, step: int) -> Path:
             continue
 
 
+# What a save killed while it wrote the tokenizer's files leaves in a version folder
+VERSION_TEMPORARY = re.compile(temporary_names("|".join(map(re.escape, VERSION_FILES))))
+
+
 def remove_version(folder: Path) -> None:
-    """Remove a version folder: only the files tinygpt writes in it, then the folder if empty."""
+    """Remove a version folder: only the files tinygpt writes in it (and what a killed save of
+    them leaves), then the folder if empty."""
     for name in VERSION_FILES:
         with contextlib.suppress(OSError):
             (folder / name).unlink()
+    with contextlib.suppress(OSError):
+        for entry in folder.iterdir():
+            if VERSION_TEMPORARY.fullmatch(entry.name) and not entry.is_symlink():
+                entry.unlink()
     with contextlib.suppress(OSError):
         folder.rmdir()  # fails, and keeps the folder, if anything else is inside
 
@@ -151,65 +136,25 @@ def swap_manifest(out: Path, data: bytes) -> None:
     fsync_dir(out)
 
 
-def open_regular(path: Path) -> int:
-    """A read-only descriptor of ``path``, refusing anything but a regular file (FIFO, device,
-    folder) without reading. Once open, the file can be read even if a save removes it."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO does not block
-    except FileNotFoundError:
-        raise MissingCheckpointFile(f"{path}: missing") from None
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot read it ({err.strerror or err})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise CheckpointError(f"{path}: not a regular file (a folder, device, FIFO or socket); "
-                              "a checkpoint holds regular files only")
-    return fd
+def open_version_file(path: Path) -> int:
+    """A read-only descriptor of a file a checkpoint holds, refusing anything but a regular file
+    (FIFO, device, folder) without reading. Once open, the file can be read even if a save
+    removes it."""
+    return open_regular(path, error=CheckpointError, missing=MissingCheckpointFile,
+                        holds="a checkpoint holds regular files only")
 
 
-def read_regular(path: Path, *, max_size: int | None = None, size: int | None = None,
-                 fd: int | None = None) -> bytes:
-    """The bytes of a regular file (``fd``, from :func:`open_regular`, if it is open already),
-    checking its length (``size`` exactly, or at most ``max_size``) before allocating."""
-    if fd is None:
-        fd = open_regular(path)
-    info = os.fstat(fd)
-    with os.fdopen(fd, "rb") as f:
-        if size is not None and info.st_size != size:
-            raise CheckpointError(f"{path}: {info.st_size} bytes, but the manifest says {size}: "
-                                  "the file is truncated or was replaced")
-        if max_size is not None and info.st_size > max_size:
-            raise CheckpointError(f"{path}: {info.st_size} bytes, more than the {max_size} a "
-                                  "checkpoint of its config can hold")
-        data = f.read(info.st_size + 1)
-    if len(data) != info.st_size:
-        raise CheckpointError(f"{path}: changed size while it was read")
-    return data
+def read_checkpoint_file(path: Path, *, max_size: int | None = None, size: int | None = None,
+                         fd: int | None = None) -> bytes:
+    """The bytes of a file a checkpoint holds (``fd``, from :func:`open_version_file`, if it is
+    open already), its length checked before allocating: ``size`` exactly, or at most
+    ``max_size``; ``CheckpointError`` naming it otherwise."""
+    return read_regular(path, error=CheckpointError, missing=MissingCheckpointFile,
+                        max_size=max_size, size=size, fd=fd,
+                        holds="a checkpoint holds regular files only")
 
 
 # --- the lock ------------------------------------------------------------------------------------
-
-def open_lock(path: Path) -> int:
-    """A read-write descriptor of the lock file ``path``, created if missing; never through a
-    symbolic link, and only a regular file of one link (truncating it harms no other file)."""
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as err:
-        if path.is_symlink():
-            raise CheckpointError(f"{path}: is a symbolic link, not tinygpt's lock file; tinygpt "
-                                  "never writes through it: remove it or choose another "
-                                  "folder") from None
-        raise CheckpointError(f"{path.parent}: cannot write there ({err.strerror or err}); "
-                              "nothing was written") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-        os.close(fd)
-        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else "a hard link"
-        raise CheckpointError(f"{path}: {what}, not tinygpt's lock file; tinygpt never writes "
-                              "to it: remove it or choose another folder")
-    return fd
-
 
 @dataclasses.dataclass
 class _Holder:
@@ -243,16 +188,15 @@ def locked(out: Path) -> Iterator[None]:
             held.depth -= 1
         return
     path = out / LOCK_FILE
-    fd = open_lock(path)
+    fd = open_lock(path, CheckpointError)
     try:
-        import fcntl
-    except ImportError:  # Windows: no flock; the folder is not locked
-        fcntl = None  # type: ignore[assignment]  # the module's name, or None without it
-    try:
-        if fcntl is not None:
+        if CAN_LOCK:  # Windows has no flock: there the folder is not locked
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+                free = take_lock(fd)
+            except OSError as err:
+                raise CheckpointError(f"{path}: cannot lock it ({err.strerror or err}): a file "
+                                      "system without locks; choose another --out") from None
+            if not free:
                 os.lseek(fd, 0, os.SEEK_SET)
                 other = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
                 raise CheckpointError(
@@ -323,7 +267,7 @@ def is_tinygpt_manifest(manifest: Path) -> bool:
     """Whether the file ``manifest`` starts as a checkpoint's manifest does (its format first),
     however damaged the rest: tinygpt's to replace, not a user's file of the same name."""
     try:
-        head = read_regular(manifest, max_size=MAX_JSON)[:200]
+        head = read_checkpoint_file(manifest, max_size=MAX_JSON)[:200]
     except CheckpointError:
         return False
     return any(f'"format":{space}"{FORMAT}"'.encode() in head for space in ("", " "))

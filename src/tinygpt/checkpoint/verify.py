@@ -25,17 +25,17 @@ from torch import Tensor
 from tinygpt.checkpoint.folder import (
     FORMAT,
     MANIFEST,
-    MAX_JSON,
     MODEL_FILE,
     OPTIMIZER_FILE,
     VERSION,
     CheckpointError,
     MissingCheckpointFile,
-    open_regular,
-    read_regular,
+    open_version_file,
+    read_checkpoint_file,
 )
 from tinygpt.config import GPTConfig
-from tinygpt.data import parse_manifest
+from tinygpt.files.manifest import parse_manifest
+from tinygpt.files.reading import MAX_JSON
 from tinygpt.model import GPT
 
 Layout = dict[str, tuple[str, tuple[int, ...]]]  # stored tensor name -> (dtype, shape)
@@ -46,10 +46,10 @@ SIZES = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I64": 8}
 
 def read_checkpoint_manifest(folder: Path) -> tuple[bytes, dict[str, Any]]:
     """The manifest of ``folder``: its bytes and, checked (format, version, checksum:
-    ``tinygpt.data.parse_manifest``), its content without the checksum."""
+    ``tinygpt.files.manifest.parse_manifest``), its content without the checksum."""
     path = folder / MANIFEST
     try:
-        raw = read_regular(path, max_size=MAX_JSON)
+        raw = read_checkpoint_file(path, max_size=MAX_JSON)
     except MissingCheckpointFile:
         raise CheckpointError(f"{path}: missing; is {folder} a checkpoint?") from None
     return raw, parse_manifest(raw, path, FORMAT, VERSION, CheckpointError,
@@ -62,7 +62,7 @@ def read_files(version: Path, files: dict[str, Any],
     against its size and SHA-256, and the layout of ``config``."""
     # Open every file at once: a save that replaces this version can remove the files, but
     # not what is open; the contents are read after the sizes are known to be sane.
-    fds = {name: open_regular(version / name) for name in files}
+    fds = {name: open_version_file(version / name) for name in files}
     try:
         check_dimensions(config, version.parent / MANIFEST)
         peeked = peek_header(fds[MODEL_FILE], version / MODEL_FILE) if MODEL_FILE in fds \
@@ -78,7 +78,7 @@ def read_files(version: Path, files: dict[str, Any],
             if size > limits.get(name, MAX_JSON):
                 raise CheckpointError(f"{path}: {size} bytes, more than a checkpoint of this "
                                       f"model config can hold ({limits.get(name, MAX_JSON)})")
-            blobs[name] = read_regular(path, size=size, fd=fds.pop(name))
+            blobs[name] = read_checkpoint_file(path, size=size, fd=fds.pop(name))
             if hashlib.sha256(blobs[name]).hexdigest() != entry["sha256"]:
                 raise CheckpointError(f"{path}: its SHA-256 differs from the one in {MANIFEST}: "
                                       f"the file is truncated or corrupt ({size} bytes)")

@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from tinygpt import shards as S
 from tinygpt.checkpoint.folder import LOCK_FILE, OwnEntries, locked
-from tinygpt.data import manifest_checksum, sha256_of, temporary_names, write_atomically
+from tinygpt.files.manifest import (
+    TOKENIZER_FILE,
+    TOKENIZER_VOCAB_FILE,
+    manifest_checksum,
+    tokenizer_entry,
+)
+from tinygpt.files.reading import sha256_of
+from tinygpt.files.writing import temporary_names, write_atomically
 from tinygpt.prepare import documents
 from tinygpt.prepare.documents import Options, find_inputs, parts
 from tinygpt.prepare.workers import (
@@ -37,7 +44,7 @@ from tinygpt.prepare.workers import (
     make_tokenizer,
     useful_workers,
 )
-from tinygpt.tokenizer import EOT, TOKENIZER_FILE, TOKENIZER_VOCAB_FILE, tokenizer_entry
+from tinygpt.tokenizer import EOT
 
 if TYPE_CHECKING:  # numpy is imported when shards are written: the command line starts fast
     import numpy as np
@@ -87,7 +94,8 @@ def save_json(out: Path, name: str, manifest: dict[str, Any]) -> None:
 SHARDS_ENTRIES = OwnEntries(
     names=frozenset({S.MANIFEST, S.PROGRESS, TOKENIZER_FILE, TOKENIZER_VOCAB_FILE, LOCK_FILE}),
     numbered=S.SHARD_NAME.pattern,
-    temporary=(temporary_names("|".join(map(re.escape, (S.MANIFEST, S.PROGRESS, TOKENIZER_FILE)))
+    temporary=(temporary_names("|".join(map(re.escape, (S.MANIFEST, S.PROGRESS, TOKENIZER_FILE,
+                                                        TOKENIZER_VOCAB_FILE)))
                                + "|" + S.SHARD_NAME.pattern)
                + "|" + "|".join(map(re.escape, (".tokenizer.json.part", ".tokenizer.json.vocab")))))
 
