@@ -12,6 +12,12 @@ here (a quick anecdote, not the book's model). The learning rates are tried on t
 itself: the best one is an optimistic pick, and the record says so. Everything runs on one
 thread. The record is written to ``--out`` only with ``--write`` (otherwise printed).
 
+``--model selection --row ROWS.jsonl:TAG:SEED`` reads a candidate that ``modern_book.py``
+trained with ``"split": "selection"`` and ``"save"`` (the row of that tag and seed in its JSONL
+file; its weights from the row's ``save``) and scores it on the **selection split** (the last 10%
+of the training text, which it never read): the settings chosen there are an honest pick, and
+the validation split is left for the score.
+
 Usage (a quiet machine): nice -n 10 python benchmarks/dynamic_eval.py --model book --write
        python benchmarks/dynamic_eval.py --model modern --write
        python benchmarks/dynamic_eval.py --model small --steps 600 --lr 1e-4,3e-4,1e-3
@@ -30,9 +36,11 @@ from pathlib import Path
 
 import torch
 
+from tinygpt import data
 from tinygpt.book import trained_model
 from tinygpt.book.dynamic_eval import dynamic_score
 from tinygpt.book.scoring import score
+from tinygpt.config import GPTConfig
 from tinygpt.files.writing import write_atomically
 from tinygpt.model import GPT
 from tinygpt.runtime import one_thread
@@ -54,9 +62,24 @@ def small_model(steps: int) -> tuple[torch.nn.Module, dict]:
                           "train_s": time.perf_counter() - start}
 
 
+def selection_model(row_spec: str) -> tuple[torch.nn.Module, dict]:
+    """The candidate ``ROWS.jsonl:TAG:SEED`` of a ``modern_book.py`` sweep, with its weights."""
+    path, tag, seed = row_spec.rsplit(":", 2)
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    row = next(r for r in rows if r.get("tag") == tag and r["seed"] == int(seed) and "save" in r)
+    if row.get("split") != "selection":
+        raise SystemExit(f"{row_spec}: not trained with the selection split held out")
+    model = GPT(GPTConfig(**row["model"]))
+    model.load_state_dict(torch.load(row["save"], weights_only=True))
+    return model.eval(), {"recipe": row_spec, "selection_loss": row["selection_loss"],
+                          "split": "selection (the last 10% of the training text)"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=("book", "modern", "small"), default="book")
+    parser.add_argument("--model", choices=("book", "modern", "small", "selection"),
+                        default="book")
+    parser.add_argument("--row", help="--model selection: ROWS.jsonl:TAG:SEED")
     parser.add_argument("--steps", type=int, default=600, help="--model small: steps trained")
     parser.add_argument("--lr", default="1e-4,3e-4,1e-3", help="learning rates, comma-separated")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default="adam")
@@ -65,9 +88,13 @@ def main() -> None:
     parser.add_argument("--out", default=None,
                         help="default benchmarks/results/dynamic_eval_<model>.json")
     args = parser.parse_args()
-    _, _, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
+    _, train_ids, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
     with one_thread():
-        if args.model == "small":
+        if args.model == "selection":
+            model, about = selection_model(args.row)
+            block = model.config.block_size
+            val_ids = data.split_train_val(train_ids)[1]  # the selection split
+        elif args.model == "small":
             model, about = small_model(args.steps)
             block = trained_model.BOOK_RECIPE.model.block_size
         else:

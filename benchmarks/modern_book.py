@@ -42,6 +42,7 @@ import torch
 from _bookrun import step_times  # benchmarks/_bookrun.py
 from _sweep import run_sweep  # benchmarks/_sweep.py
 
+from tinygpt import data
 from tinygpt.book.scoring import score
 from tinygpt.book.trained_model import BOOK_RECIPE, book_data
 from tinygpt.config import GPTConfig, TrainConfig
@@ -102,8 +103,17 @@ def machine() -> str:
 
 
 def run_one(job: dict) -> dict:
+    """One candidate trained and scored. With ``"split": "selection"`` it trains on the first
+    90% of the training text only and is chosen by its loss on the last 10% (the selection
+    split, ``selection_loss``); the validation split, the one the book scores, is scored too for
+    the record (``whole_val_loss``) but never read in training or used to choose."""
     torch.set_num_threads(1)
     _, train_ids, val_ids = book_data()
+    scored = {}
+    if job.get("split") == "selection":
+        train_ids, select_ids = data.split_train_val(train_ids)
+    else:
+        select_ids = val_ids
     model_cfg, cfg = configs(tuple(job["shape"]), job["lr"], job["steps"], job["seed"],
                              job["device"], job.get("model_changes"), job.get("train_changes"))
     torch.manual_seed(cfg.seed)
@@ -115,12 +125,16 @@ def run_one(job: dict) -> dict:
             print(f"{job['name']} lr {job['lr']:g} {job.get('tag', '')} step {record['step']} "
                   f"val {record['val_loss']:.4f}", flush=True)
 
-    history = train(model_cfg, cfg, train_ids, val_ids, model=model, progress=False,
+    history = train(model_cfg, cfg, train_ids, select_ids, model=model, progress=False,
                     callback=report)
     seconds = time.perf_counter() - start
+    if job.get("split") == "selection":
+        scored["selection_loss"] = score(model, select_ids, model_cfg.block_size)
+    if job.get("save"):  # the weights, for dynamic evaluation's settings (dynamic_eval.py)
+        torch.save(model.state_dict(), job["save"])
     whole = score(model, val_ids, model_cfg.block_size)
     curve = [[r["step"], round(r["val_loss"], 4)] for r in history if "val_loss" in r]
-    return {**job, "whole_val_loss": whole, "curve": curve, "seconds": seconds,
+    return {**job, **scored, "whole_val_loss": whole, "curve": curve, "seconds": seconds,
             "model": asdict(model_cfg), "train": asdict(cfg)}
 
 
@@ -145,9 +159,10 @@ def train_candidates(args: argparse.Namespace) -> None:
 
 def describe(row: dict) -> str:
     """One finished candidate, in a line."""
+    chosen_on = (f"selection {row['selection_loss']:.4f}, " if "selection_loss" in row else "")
     return (f"{row['name']} lr {row['lr']:g} seed {row['seed']} steps {row['steps']} "
             f"{row.get('model_changes', '')} {row.get('train_changes', '')}: "
-            f"{row['whole_val_loss']:.4f} ({row['seconds']:.0f} s)")
+            f"{chosen_on}validation {row['whole_val_loss']:.4f} ({row['seconds']:.0f} s)")
 
 
 SEEDS_RESULT = Path(__file__).parent / "results" / "modern_book_seeds.json"
@@ -169,6 +184,76 @@ def cpu_seeds(args: argparse.Namespace) -> None:
         print(runs[-1], flush=True)
     SEEDS_RESULT.write_text(json.dumps({"command": "python " + " ".join(sys.argv),
                                         "machine": machine(), "runs": runs}, indent=1) + "\n")
+
+
+LEVERS_RESULT = Path(__file__).parent / "results" / "modern_book_levers.json"
+# what each tag of the selection-split sweeps changed, for the record and chapter 12's table
+LEVERS = {
+    "base": "MODERN_RECIPE as the validation-split search chose it",
+    "lr7": "learning rate 0.007 (was 0.005)",
+    "wsd0.3": "warm-up, stable, decay: the rate held, then a straight line down over the "
+              "last 30% of the steps",
+    "wsd0.5": "warm-up, stable, decay over the last 50%",
+    "softcap15": "logit soft cap 15",
+    "softcap8": "logit soft cap 8",
+    "adam3": "AdamW part (embeddings, head, norms) at 3x the rate",
+    "adam10": "AdamW part at 10x the rate",
+    "adam0.3": "AdamW part at 0.3x the rate",
+    "adam0.1": "AdamW part at 0.1x the rate",
+    "wd0": "no weight decay",
+    "shape-L2C128": "2 blocks, 3,630 steps (the steps 180 s buy)",
+    "shape-L4C128": "4 blocks, 1,676 steps, learning rate 0.004",
+    "shape-L3C160": "width 160, 5 heads, 1,605 steps, learning rate 0.004",
+    "tied-lr3": "output layer tied to the embeddings, learning rate 0.003",
+}
+
+
+def summarise_levers(rows: list[dict], base: str = "base") -> list[dict]:
+    """Each tag's selection-split runs against the ``base`` tag's, paired by seed (the same
+    initial weights and batches): its mean selection loss and, over the seeds both ran, the
+    mean, lowest and highest change ``lever - base`` (negative: the lever helps); the
+    validation split's change beside it, for the record only (nothing is chosen on it). The
+    base first, then the levers from the most helpful change to the least."""
+    selection = [r for r in rows if r.get("split") == "selection"]
+    by_tag: dict[str, dict[int, dict]] = {}
+    for r in selection:
+        by_tag.setdefault(r["tag"], {})[r["seed"]] = r
+    if base not in by_tag:
+        raise ValueError(f"no run is tagged {base!r}: nothing to compare the levers with")
+    out = []
+    for tag, runs in by_tag.items():
+        paired = sorted(set(runs) & set(by_tag[base]))
+        change = [runs[s]["selection_loss"] - by_tag[base][s]["selection_loss"] for s in paired]
+        val = [runs[s]["whole_val_loss"] - by_tag[base][s]["whole_val_loss"] for s in paired]
+        first = next(iter(runs.values()))
+        out.append({
+            "tag": tag, "lever": LEVERS.get(tag, tag), "seeds": sorted(runs),
+            "name": first["name"], "lr": first["lr"], "steps": first["steps"],
+            "model_changes": first.get("model_changes", {}),
+            "train_changes": first.get("train_changes", {}),
+            "selection_loss": statistics.mean(r["selection_loss"] for r in runs.values()),
+            "paired_seeds": paired,
+            "change": statistics.mean(change) if change else None,
+            "change_low": min(change, default=None), "change_high": max(change, default=None),
+            "val_change": statistics.mean(val) if val else None})
+    return sorted(out, key=lambda row: (row["tag"] != base, row["change"] is None,
+                                        row["change"] or 0.0))  # the base, then by change
+
+
+def write_levers(args: argparse.Namespace) -> None:
+    """The levers' record (``LEVERS_RESULT``) from the JSONL files of ``--summarise``."""
+    rows = [json.loads(line) for path in args.summarise
+            for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    table = summarise_levers(rows)
+    for row in table:
+        change = ("" if row["change"] is None or row["tag"] == "base" else
+                  f" change {row['change']:+.4f} [{row['change_low']:+.4f}, "
+                  f"{row['change_high']:+.4f}]")
+        print(f"{row['tag']:>16s} seeds {len(row['seeds'])} selection "
+              f"{row['selection_loss']:.4f}{change}")
+    Path(args.levers_out).write_text(json.dumps({
+        "command": "python " + " ".join(sys.argv), "machine": machine(), "note": args.note,
+        "levers": table, "runs": rows}, indent=1) + "\n")
 
 
 GPU_SHAPE = (6, 384, 6, 256, 64)  # nanoGPT's shakespeare-char size, for --gpu-scale
@@ -241,7 +326,14 @@ def main() -> None:
     p.add_argument("--gpu-lr-book", type=float, default=1e-3)
     p.add_argument("--gpu-lr-modern", type=float, default=2e-3)
     p.add_argument("--gpu-out", default="modern_book_gpu.json")
+    p.add_argument("--summarise", nargs="*", help="JSONL files of --train sweeps with the "
+                   f"selection split: write their levers' record ({LEVERS_RESULT.name})")
+    p.add_argument("--levers-out", default=str(LEVERS_RESULT))
+    p.add_argument("--note", default="", help="--summarise: a note kept in the record")
     args = p.parse_args()
+    if args.summarise:
+        write_levers(args)
+        return
     if not (args.time or args.train or args.cpu_seeds or args.gpu_scale):  # e.g. `make bench`
         print(__doc__.split("Usage:")[1].strip())
         return

@@ -3,7 +3,7 @@
 For every exercise the reference passes, and so do solutions written the way a reader would
 write them (a formula that rounds differently from the reference's must pass). For the eight
 exercises the book names (bpe_merge, cross_entropy, softmax, causal_attention, layer_norm,
-top_k_filter, top_p_filter, adamw_step), classic wrong implementations, written here
+top_k, top_p_filter, adamw_step), classic wrong implementations, written here
 independently of the checker's own catalogue of mistakes, fail, and the report's hint names the
 mistake. A stub is "not implemented yet"; an exception, a wrong shape or dtype in the reader's
 function is reported, and no traceback escapes. ``tinygpt exercises --from FILE`` shows
@@ -27,7 +27,7 @@ from tinygpt.exercises import EXERCISES, check, result
 
 INF = float("-inf")
 EIGHT = {"bpe_merge": "merge", "cross_entropy": "cross_entropy", "softmax": "softmax",
-         "causal_attention": "attention", "layer_norm": "layer_norm", "top_k_filter": "top_k",
+         "causal_attention": "attention", "layer_norm": "layer_norm", "top_k": "top_k",
          "top_p_filter": "top_p", "adamw_step": "adamw_step"}
 
 
@@ -122,7 +122,7 @@ def dynamic_trained_first(model, chunks, lr):  # reads the answers before it is 
 
 
 CORRECT = {"bpe_merge": merge, "cross_entropy": cross_entropy, "softmax": softmax,
-           "causal_attention": attention, "layer_norm": layer_norm, "top_k_filter": top_k,
+           "causal_attention": attention, "layer_norm": layer_norm, "top_k": top_k,
            "top_p_filter": top_p, "adamw_step": adamw_step,
            "rope": lambda x, base=10000.0: rope_interleaved_to_halves(x, base),
            "dynamic_evaluation": dynamic_losses}
@@ -415,10 +415,10 @@ WRONG = [
     ("layer_norm", "eps-outside-sqrt", ln_eps_outside, "eps goes inside the square root"),
     ("layer_norm", "no-weight-bias", ln_no_affine, "scale by weight and shift by bias"),
     ("layer_norm", "first-dimension", ln_first_dim, "over the last dimension"),
-    ("top_k_filter", "drops-the-kth", top_k_le, "not <="),
-    ("top_k_filter", "zero-not-inf", top_k_zero, "must be -inf"),
-    ("top_k_filter", "keeps-k-plus-1", top_k_sorted_index, "where -inf is expected"),
-    ("top_k_filter", "ties-dropped", top_k_scatter, "ties with the k-th largest"),
+    ("top_k", "drops-the-kth", top_k_le, "not <="),
+    ("top_k", "zero-not-inf", top_k_zero, "must be -inf"),
+    ("top_k", "keeps-k-plus-1", top_k_sorted_index, "where -inf is expected"),
+    ("top_k", "ties-dropped", top_k_scatter, "ties with the k-th largest"),
     ("top_p_filter", "drops-crossing-token", top_p_no_shift, "crosses p is dropped"),
     ("top_p_filter", "ascending-sort", top_p_ascending, "descending order"),
     ("top_p_filter", "not-scattered-back", top_p_sorted_order, "tokens' order"),

@@ -177,3 +177,30 @@ def test_switches_that_add_no_matrix_leave_the_other_weights_as_the_default_draw
     for name, p in default.items():
         if not name.endswith("c_proj.weight") or "zero_init_proj" not in switch:
             assert torch.equal(other[name], p), name
+
+
+def test_logit_softcap_is_c_tanh_of_the_uncapped_logits_everywhere_they_are_made():
+    config = GPTConfig(vocab_size=40, block_size=16, n_layer=2, n_head=2, n_embd=32)
+    capped_config = dataclasses.replace(config, logit_softcap=2.0)
+    torch.manual_seed(0)
+    plain = GPT(config)
+    with torch.no_grad():
+        plain.lm_head.weight.mul_(20)  # logits large enough that the cap matters
+    capped = GPT(capped_config)
+    capped.load_state_dict(plain.state_dict())
+    idx = torch.randint(0, 40, (3, 16))
+    targets = torch.randint(0, 40, (3, 16))
+    raw = plain(idx)
+    assert raw.abs().max() > 10
+    logits, loss = capped(idx, targets)
+    torch.testing.assert_close(logits, 2.0 * torch.tanh(raw / 2.0))
+    assert logits.abs().max() <= 2.0  # tanh rounds to 1 in float32 for large inputs
+    torch.testing.assert_close(loss, F.cross_entropy(logits.reshape(48, 40), targets.reshape(48)))
+    with torch.no_grad():  # a cached step and the last position only see the same cap
+        caches = capped.new_caches(3)
+        first = capped(idx[:, :10], caches=caches)
+        rest = capped(idx[:, 10:], caches=caches, last_only=True)
+    torch.testing.assert_close(first, logits[:, :10].detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rest, logits[:, -1:].detach(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="logit_softcap"):
+        GPTConfig(logit_softcap=-1.0)

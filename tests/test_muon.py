@@ -184,6 +184,35 @@ def test_training_with_muon_learns_and_resumes_bit_for_bit(tmp_path):
             assert torch.equal(t, b.optimizer_state["state"][i][key]), (i, key)
 
 
+def test_adamw_lr_scale_scales_the_adamw_parts_steps_and_no_other():
+    """One step from the same weights and batch: AdamW's first update is linear in its rate
+    (with decoupled decay), so the embeddings and the untied head move ``scale`` times as far;
+    Muon's matrices move exactly as without the scale."""
+    config = GPTConfig(**{**CONFIG.__dict__, "tie_weights": False})
+    moved = {}
+    for scale in (1.0, 4.0):
+        torch.manual_seed(0)
+        model = GPT(config)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        cfg = TrainConfig(**{**CFG.__dict__, "max_iters": 1, "warmup_iters": 1,
+                             "adamw_lr_scale": scale, "eval_interval": 1})
+        train(config, cfg, TRAIN, VAL, model=model, progress=False)
+        moved[scale] = {n: p.detach() - before[n] for n, p in model.named_parameters()}
+    adamw = ["transformer.embed.wte.weight", "lm_head.weight", "transformer.ln_f.weight"]
+    for name in adamw:
+        assert moved[1.0][name].abs().max() > 0, name
+        torch.testing.assert_close(moved[4.0][name], 4 * moved[1.0][name], rtol=1e-4,
+                                   atol=1e-7)
+    for name in moved[1.0]:
+        if name.startswith("transformer.h.") and name.endswith("c_fc.weight"):
+            assert moved[1.0][name].abs().max() > 0
+            torch.testing.assert_close(moved[4.0][name], moved[1.0][name], rtol=0, atol=0)
+    opt = configure_muon(GPT(config), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.99),
+                         adamw_lr_scale=4.0)
+    assert [g["lr_scale"] for g in opt.param_groups] == [1.0, 4.0, 4.0]
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([1e-3, 4e-3, 4e-3])
+
+
 def test_muon_and_adamw_train_differently():
     adamw = train(CONFIG, TrainConfig(**{**CFG.__dict__, "optimizer": "adamw"}), TRAIN, VAL,
                   progress=False)

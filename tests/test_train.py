@@ -112,6 +112,32 @@ def test_schedule_warms_up_linearly_then_follows_torchs_cosine_to_min_lr():
         lr_at(-1, cfg)
 
 
+@pytest.mark.parametrize("cooldown", [0.2, 0.5, 1.0])
+def test_wsd_holds_the_rate_then_falls_in_a_straight_line_to_min_lr(cooldown):
+    cfg = TrainConfig(learning_rate=1e-2, min_lr=1e-3, warmup_iters=10, max_iters=110,
+                      schedule="wsd", cooldown_fraction=cooldown)
+    cosine = replace(cfg, schedule="cosine")
+    assert [lr_at(s, cfg) for s in range(10)] == [lr_at(s, cosine) for s in range(10)]
+    start = 10 + round(100 * (1 - cooldown))  # the first step of the cool-down
+    assert [lr_at(s, cfg) for s in range(10, start + 1)] == pytest.approx([1e-2] * (start - 9))
+    for s in range(start, 111):  # the line through (start, 1e-2) and (110, 1e-3)
+        expected = 1e-3 + (1e-2 - 1e-3) * (110 - s) / (110 - start)
+        assert lr_at(s, cfg) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert lr_at(110, cfg) == lr_at(400, cfg) == 1e-3
+    short = replace(cfg, lr_decay_iters=60)  # the cool-down ends at lr_decay_iters
+    assert lr_at(59, short) > 1e-3 and lr_at(60, short) == lr_at(100, short) == 1e-3
+
+
+@pytest.mark.parametrize(("field", "value"), [("schedule", "linear"),
+                                              ("cooldown_fraction", 0.0),
+                                              ("cooldown_fraction", 1.5),
+                                              ("adamw_lr_scale", 0.0),
+                                              ("adamw_lr_scale", -1.0)])
+def test_schedule_and_rate_scale_settings_out_of_range_are_refused(field, value):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**{field: value})
+
+
 # --- configure_optimizer -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("tie", [True, False])
@@ -412,13 +438,24 @@ def test_resume_refuses_a_shorter_run_continued_on_a_longer_schedule(tmp_path):
 
 
 @pytest.mark.parametrize("field, value", [("learning_rate", 1e-3), ("min_lr", 1e-4),
-                                          ("warmup_iters", 2), ("lr_decay_iters", 4)])
+                                          ("warmup_iters", 2), ("lr_decay_iters", 4),
+                                          ("schedule", "wsd")])
 def test_resume_names_the_schedule_field_that_changed(tmp_path, field, value):
     train(MODEL_R, CFG_R, TRAIN_R, VAL_R, out_dir=tmp_path, progress=False,
           callback=lambda record, model: record["step"] == 4)
     with pytest.raises(ValueError, match=f"{field}={value} \\(the checkpoint's: "):
         train(MODEL_R, replace(CFG_R, **{field: value}), TRAIN_R, VAL_R, out_dir=tmp_path,
               resume=True, progress=False)
+
+
+def test_resume_refuses_another_rate_for_muons_adamw_part(tmp_path):
+    muon = replace(CFG_R, optimizer="muon", adamw_lr_scale=2.0)
+    train(MODEL_R, muon, TRAIN_R, VAL_R, out_dir=tmp_path, progress=False,
+          callback=lambda record, model: record["step"] == 3)
+    with pytest.raises(ValueError, match=r"adamw_lr_scale=1.0 \(the checkpoint's: 2.0\)"):
+        train(MODEL_R, replace(muon, adamw_lr_scale=1.0), TRAIN_R, VAL_R, out_dir=tmp_path,
+              resume=True, progress=False)
+    assert load_checkpoint(tmp_path).step == 3  # nothing was trained or written
 
 
 def test_resume_allows_settings_that_leave_the_steps_taken_unchanged(tmp_path):

@@ -45,6 +45,10 @@ CONFIGS = {
                                         activation="swiglu", mlp_hidden=24),
     "llama_relu": GPTConfig(**{**BASE, "n_layer": 1}, bias=False, norm="rmsnorm",
                             positional="rope", activation="relu"),
+    # the modern parts with chapter 12's logit soft cap, small enough to bend these logits
+    "softcapped_modern": GPTConfig(**BASE, bias=False, activation="relu2", positional="rope",
+                                   qk_norm=True, norm="rmsnorm", tie_weights=False,
+                                   logit_softcap=2.0),
 }
 TOL = 1e-4  # float32 weights; the engine sums in float64, PyTorch in float32
 

@@ -1,6 +1,9 @@
 """tinygpt: the package built, one concept at a time, by the book *Build a GPT from scratch*.
 
-Each module holds one concept of the book; chapters import from here instead of copying code.
+Most top-level modules hold one concept of a chapter and say which; the subpackages (book, cli,
+checkpoint, files, prepare, exercises, figures) and a few shared modules (checks, data,
+shakespeare, shards, stream, runtime) are the infrastructure around them. Chapters import from
+here instead of copying code.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Causal multi-head self-attention in GPT-2's layout, with a key/value cache for sampling.
 
+Chapter 5 builds it; chapter 9 samples with its ``KVCache``, and chapter 12 adds QK-norm and RoPE
+(``add_modern_parts``).
+
 ``CausalSelfAttention`` is one attention layer, with an explicit path (which can return the
 attention weights) and a fused one (``F.scaled_dot_product_attention``); ``KVCache`` keeps the
 keys and values already computed; ``causal_mask`` says which keys each query may see, and

@@ -1,5 +1,7 @@
 """A scalar automatic-differentiation engine: ``Value``, one number that remembers how it was made.
 
+Chapter 3 builds it; chapter 11's pure-Python GPT (``tinygpt.scalar_gpt``) is made of it.
+
 Arithmetic on ``Value`` objects and plain numbers (``+ - * /``, constant powers, ``exp``, ``log``,
 ``tanh``, ``relu``) records, for each output, its inputs and its *local derivatives* (for ``a * b``:
 ``(b, a)``). ``backward()`` then applies the chain rule once per edge, ``child.grad += local *

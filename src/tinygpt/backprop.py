@@ -1,5 +1,7 @@
 """Backpropagation written out by hand for a two-layer MLP on torch tensors.
 
+Chapter 3's, beside the scalar engine of ``tinygpt.autograd``.
+
 The network maps a batch of inputs to a distribution over ``V`` classes (next tokens)::
 
     x (B, D_in) --linear W1, b1--> a (B, D_h) --tanh or relu--> h (B, D_h)

@@ -1,5 +1,7 @@
 """The bigram model: next-token probabilities from counts of adjacent pairs, and as a network.
 
+Chapter 2 builds it; chapters 3, 8 and 11 reuse it.
+
 By counting: :func:`bigram_counts` (the ``(V, V)`` matrix of how often ``j`` follows ``i``),
 :func:`bigram_probs` (add-k smoothed), :func:`bigram_loss` (cross-entropy in nats),
 :func:`perplexity` and :func:`sample_bigram`. As a network: :class:`BigramNet`, one ``(V, V)``

@@ -1,5 +1,7 @@
 """The transformer block and the layers only a block uses.
 
+Chapter 6 builds it; chapter 12 adds ``relu2`` and ``swiglu`` and uses ``RMSNorm``.
+
 ``LayerNorm`` and ``RMSNorm`` (each with a fused ``forward`` and an ``explicit`` formula),
 ``make_norm(config)``, the activations ``relu``, ``gelu``, ``gelu_tanh``, ``relu2`` and the gated
 ``swiglu`` (which halves its input's width), the module ``ActivationLayer``, the ``MLP``, and

@@ -1,6 +1,8 @@
 """From a model of plays to a model that replies: conversations, a chat template, and supervised
 fine-tuning (SFT) with the loss on the reply only.
 
+Chapter 15 builds it; ``tinygpt chat`` and ``tinygpt finetune`` use it from the shell.
+
 A ``Conversation`` is two consecutive speeches of one play by two different speakers: the end of
 the first (``speech``, by ``speaker``) and the whole of the second (``reply``, by ``replier``).
 The *chat template* writes it with three special tokens, which the plays never contain::

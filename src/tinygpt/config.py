@@ -1,5 +1,9 @@
 """The two configurations: what a GPT is (``GPTConfig``) and how to train it (``TrainConfig``).
 
+``GPTConfig`` first sizes a layer in chapter 5 and gains its block switches in chapter 6;
+``TrainConfig`` comes with training in chapter 8; later chapters and the command line
+(``tinygpt.cli.options``) use both.
+
 ``GPTConfig`` holds what fixes the shapes of a model's parameters -- vocabulary size ``V``,
 context length ``T_max`` (``block_size``), number of blocks ``L``, heads ``H`` and embedding
 width ``C`` -- plus dropout, biases and the switches that choose a block's variant; its defaults
@@ -36,6 +40,7 @@ NormPosition = Literal["pre", "post"]
 Activation = Literal["gelu_tanh", "gelu", "relu", "swiglu", "relu2"]
 Positional = Literal["learned", "sinusoidal", "rope"]
 Optimizer = Literal["adamw", "muon"]
+Schedule = Literal["cosine", "wsd"]
 Dtype = Literal["float32", "bfloat16"]
 NORMS, NORM_POSITIONS = choices(Norm), choices(NormPosition)
 ACTIVATIONS, POSITIONALS = choices(Activation), choices(Positional)
@@ -91,6 +96,8 @@ class GPTConfig:
         rope_theta: RoPE's base: pair ``i`` of a head turns by ``t * rope_theta^(-2i/d_k)``.
         qk_norm: RMS-normalise each head's queries and keys before their dot product.
         zero_init_proj: start every ``c_proj`` (the end of each residual branch) at zero.
+        logit_softcap: 0 (off), or ``c > 0``: the logits become ``c * tanh(logits / c)``, so none
+            exceeds ``c`` in size (Gemma 2; modded-nanogpt's speedrun).
     """
 
     vocab_size: int = 256
@@ -110,6 +117,7 @@ class GPTConfig:
     rope_theta: float = 10000.0
     qk_norm: bool = False
     zero_init_proj: bool = False
+    logit_softcap: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -126,6 +134,8 @@ class GPTConfig:
         for name in ("tie_weights", "qk_norm", "zero_init_proj"):
             check_bool(getattr(self, name), f"GPTConfig.{name}")
         check_float(self.rope_theta, "GPTConfig.rope_theta", 1.0, math.inf, low_open=True,
+                    high_open=True)
+        check_float(self.logit_softcap, "GPTConfig.logit_softcap", 0.0, math.inf,
                     high_open=True)
         _check_choices(self)
         if self.mlp_hidden is not None:
@@ -178,6 +188,14 @@ class TrainConfig:
             AdamW stay float32 (needs a CPU or a GPU with bf16 support).
         optimizer: ``"adamw"``, or ``"muon"``: Muon for the blocks' weight matrices, AdamW for
             the rest, at the same learning rate (``tinygpt.muon.configure_muon``).
+        adamw_lr_scale: with ``optimizer="muon"``, the AdamW part (embeddings, an untied
+            ``lm_head``, norms) trains at ``adamw_lr_scale`` times the schedule's rate.
+        schedule: ``"cosine"`` (warm-up, then a cosine decay to ``min_lr``) or ``"wsd"``
+            (warm-up, stable, decay: warm-up, then ``learning_rate`` held until the last
+            ``cooldown_fraction`` of the steps to ``lr_decay_iters``, then a straight line down
+            to ``min_lr``).
+        cooldown_fraction: the share of the steps (after warm-up) that ``"wsd"`` spends
+            decaying, in ``(0, 1]``; 1 is a linear decay from the end of warm-up.
     """
 
     batch_size: int = 32
@@ -199,6 +217,9 @@ class TrainConfig:
     device: str = "cpu"
     dtype: Dtype = "float32"
     optimizer: Optimizer = "adamw"
+    adamw_lr_scale: float = 1.0
+    schedule: Schedule = "cosine"
+    cooldown_fraction: float = 0.2
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_iters", "grad_accum_steps", "eval_interval",
@@ -215,6 +236,10 @@ class TrainConfig:
         check_float(self.beta1, "TrainConfig.beta1", 0.0, 1.0, high_open=True)
         check_float(self.beta2, "TrainConfig.beta2", 0.0, 1.0, high_open=True)
         check_float(self.grad_clip, "TrainConfig.grad_clip", 0.0, math.inf, high_open=True)
+        check_float(self.adamw_lr_scale, "TrainConfig.adamw_lr_scale", 0.0, math.inf,
+                    low_open=True, high_open=True)
+        check_float(self.cooldown_fraction, "TrainConfig.cooldown_fraction", 0.0, 1.0,
+                    low_open=True)
         if not is_device_name(self.device):
             raise ArgumentValueError(f"TrainConfig.device must be 'cpu', 'cuda', 'cuda:N', 'mps' "
                                      f"or 'auto', got {self.device!r}", "TrainConfig.device")

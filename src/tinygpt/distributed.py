@@ -1,6 +1,8 @@
 """Data-parallel training on several processes: torchrun's environment, the process group and the
 few collectives the training loop needs.
 
+Chapter 10 builds it; ``tinygpt.train`` calls it.
+
 It handles:
 
 * ``DistContext``: who this process is -- ``rank``, ``world_size``, ``local_rank``, ``is_main``

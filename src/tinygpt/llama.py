@@ -1,5 +1,7 @@
 """Hugging Face's Llama weights in a tinygpt ``GPT``: the same network under other names.
 
+Chapter 12 loads a Llama with it (``from_llama``).
+
 A Llama is a GPT with RMSNorm, rotary positions in the halves layout (``tinygpt.rope``), a SwiGLU
 MLP, no biases and (usually) an untied output layer. ``llama_config`` turns a ``LlamaConfig`` into
 that ``GPTConfig``, refusing what tinygpt does not build (grouped-query attention, biases, another
@@ -81,7 +83,7 @@ def from_llama_state_dict(state_dict: Mapping[str, Tensor], config: GPTConfig) -
     check_instance(config, GPTConfig, "config")
     check_instance(state_dict, Mapping, "state_dict")
     want = {"norm": "rmsnorm", "activation": "swiglu", "positional": "rope", "bias": False,
-            "qk_norm": False, "norm_position": "pre"}
+            "qk_norm": False, "norm_position": "pre", "logit_softcap": 0.0}
     wrong = {k: getattr(config, k) for k, v in want.items() if getattr(config, k) != v}
     if wrong:
         raise ValueError(f"a Llama has {want}; this config differs in {wrong}")

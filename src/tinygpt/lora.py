@@ -1,5 +1,7 @@
 """LoRA: fine-tune a model by learning a small low-rank change to some of its weights.
 
+Chapter 14 builds it; ``tinygpt finetune`` uses it.
+
 Full fine-tuning updates every weight. LoRA (Hu et al., 2021) freezes them and learns, for a
 chosen linear layer ``y = x W^T + b`` with ``W`` of shape ``(out, in)``, a change of rank ``r``:
 

@@ -1,5 +1,7 @@
 """The GPT: token ids in, next-token logits (and a loss) out.
 
+Chapter 7 builds it.
+
 ``GPT(config)`` stacks the embeddings, ``n_layer`` blocks, a final norm and the output layer
 ``lm_head``, with GPT-2's parameter names, weight tying and initialisation, and one ``KVCache``
 per block for sampling. ``parameter_counts(config)`` and its helpers count the parameters in
@@ -166,6 +168,9 @@ class GPT(nn.Module):
             x = x[:, -1:, :]  # (B, 1, C): the final norm and lm_head act on each position
         x = self.transformer.ln_f(x)  # (B, T, C), or (B, 1, C)
         logits = self.lm_head(x)  # (B, T, V), or (B, 1, V)
+        if self.config.logit_softcap:  # a smooth clamp of every logit to (-c, c)
+            c = self.config.logit_softcap
+            logits = c * torch.tanh(logits / c)
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))  # scalar

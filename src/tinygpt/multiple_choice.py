@@ -1,5 +1,7 @@
 """A multiple-choice benchmark from the validation plays: how does this line go on?
 
+Chapter 14's benchmark; ``tinygpt eval`` runs it.
+
 A validation loss says how surprised a model is on average; it does not say what the model can
 tell apart. This benchmark asks, in the way HellaSwag-style harnesses do: each question shows
 the opening of a speech from the validation split -- its speaker, its first line and the start

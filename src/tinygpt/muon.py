@@ -1,5 +1,7 @@
 """Muon, written out: momentum, then the update orthogonalised by a Newton-Schulz iteration.
 
+Chapter 12 builds it.
+
 It handles ``newton_schulz`` (the quintic iteration that maps a matrix ``G = U S V^T`` to about
 ``U V^T``, in bfloat16 by default, with the coefficients of Keller Jordan's Muon),
 ``fast_ns_dtype`` (the dtype the iteration runs fastest in on a device: bfloat16 on CUDA; on a CPU
@@ -214,19 +216,24 @@ class Muon(torch.optim.Optimizer):
 
 
 def configure_muon(model: nn.Module, lr: float, weight_decay: float,
-                   betas: tuple[float, float], ns_dtype: str | torch.dtype | None = None) -> Muon:
+                   betas: tuple[float, float], ns_dtype: str | torch.dtype | None = None,
+                   adamw_lr_scale: float = 1.0) -> Muon:
     """The usual split of a ``GPT``: Muon (``adjust_lr_fn="match_rms_adamw"``, so one learning
     rate serves both) for the 2-D weights of the blocks (``transformer.h``), AdamW for the rest:
     embeddings and an untied ``lm_head`` with ``weight_decay``, norms and biases without.
-    ``ns_dtype``: ``Muon``'s (None: the fast one for the device)."""
+    ``ns_dtype``: ``Muon``'s (None: the fast one for the device). ``adamw_lr_scale``: each
+    AdamW group's ``lr_scale`` (the training loop sets a group's rate to the schedule's times
+    its ``lr_scale``) and its starting rate ``lr * adamw_lr_scale``."""
     check_instance(model, nn.Module, "model")
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]  # tied: once
     matrices = [p for n, p in named if n.startswith("transformer.h.") and p.ndim == 2]
     chosen = {id(p) for p in matrices}
     rest = [p for _, p in named if id(p) not in chosen]
-    groups = [{"params": matrices, "use_muon": True},
-              {"params": [p for p in rest if p.ndim >= 2], "use_muon": False},
-              {"params": [p for p in rest if p.ndim < 2], "use_muon": False, "weight_decay": 0.0}]
+    check_float(adamw_lr_scale, "adamw_lr_scale", 0.0, low_open=True)
+    adamw = {"use_muon": False, "lr_scale": adamw_lr_scale, "lr": lr * adamw_lr_scale}
+    groups = [{"params": matrices, "use_muon": True, "lr_scale": 1.0},
+              {"params": [p for p in rest if p.ndim >= 2], **adamw},
+              {"params": [p for p in rest if p.ndim < 2], **adamw, "weight_decay": 0.0}]
     return Muon(groups, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw",
                 betas=betas, ns_dtype=ns_dtype)
 

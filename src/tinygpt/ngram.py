@@ -1,5 +1,8 @@
 """n-gram models: the next token predicted from counts of the previous ``n - 1`` tokens.
 
+Chapter 2 uses it for contexts longer than one token; the under-the-hood notebook on BPE, n-grams
+and autograd shows how it counts.
+
 What this module handles: :class:`NGramModel`, an add-k smoothed counting model for any ``n``
 whose n-grams, read as numbers in base ``V``, fit in int64 -- fitting on a sequence of ids, its
 cross-entropy on another, the fraction of positions whose context was never seen, the

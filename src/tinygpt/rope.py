@@ -1,5 +1,7 @@
 """Rotary position embeddings (RoPE): positions enter attention as rotations of queries and keys.
 
+Chapter 12 builds it.
+
 Each head's ``d_k`` dimensions form ``d_k / 2`` pairs; at position ``t`` pair ``i`` is turned by
 the angle ``t * theta_i``, ``theta_i = base^(-2i / d_k)``. Since rotations compose, the dot product
 of a query at ``i`` and a key at ``j`` depends on their contents and on ``i - j`` only.

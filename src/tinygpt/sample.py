@@ -1,5 +1,7 @@
 """Sampling: turning a GPT's next-token logits into text, one token at a time.
 
+Chapter 9 builds it; ``tinygpt sample`` and ``tinygpt chat`` call it.
+
 It handles generation from a trained ``tinygpt.model.GPT``: the logits processing
 (``apply_temperature``, ``top_k_filter``, ``top_p_filter``, chained by ``process_logits``),
 ``sample_next`` (greedy at temperature 0, else one seeded draw per row) and ``generate`` (the

@@ -1,5 +1,7 @@
 """The whole GPT in pure Python: lists of ``Value`` scalars, trained one short string at a time.
 
+Chapter 11 builds it.
+
 On nothing but the standard library and :class:`tinygpt.autograd.Value`: sizes (``MicroConfig``),
 a character tokenizer with a BOS token, GPT-2-named parameters (exported as lists of floats and
 mapped onto :class:`tinygpt.model.GPT`'s state dict), the forward pass one token at a time with a

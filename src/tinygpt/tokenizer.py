@@ -1,5 +1,7 @@
 """Tokenizers: text to a list of integer ids and back.
 
+Chapter 1 builds it.
+
 :class:`CharTokenizer` gives one id per distinct character of a text; :class:`BPETokenizer` is
 byte-level byte-pair encoding as in GPT-2 and GPT-4: training, encoding with special tokens
 (tiktoken's rules), decoding, and its own JSON file. The BPE algorithms live in :mod:`tinygpt.bpe`,

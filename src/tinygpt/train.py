@@ -1,5 +1,8 @@
 """Training a GPT: batches, the learning-rate schedule, AdamW, evaluation and the loop itself.
 
+Chapter 8 builds it; the loop itself (``train``) is read in the under-the-hood notebook on the
+training loop, and chapter 10 runs it on several processes.
+
 It handles ``get_batch`` (random windows of a token stream: inputs and next-token targets),
 ``lr_at`` (linear warm-up, then a cosine decay to ``min_lr``), ``configure_optimizer`` (fused AdamW,
 weight decay on matrices only), ``estimate_loss`` and ``train``, the loop. It does not define the
@@ -88,9 +91,11 @@ def _check_batch_args(data: object, batch_size: object, block_size: object) -> N
 def lr_at(step: int, config: TrainConfig) -> float:
     """The learning rate of optimizer step ``step`` (counting from 0).
 
-    Warm-up: ``learning_rate * (step + 1) / warmup_iters`` for ``step < warmup_iters``; then a
-    cosine from ``learning_rate`` down to ``min_lr`` at ``lr_decay_iters`` (default
-    ``max_iters``); ``min_lr`` from there on.
+    Warm-up: ``learning_rate * (step + 1) / warmup_iters`` for ``step < warmup_iters``; then,
+    to ``lr_decay_iters`` (default ``max_iters``), a cosine from ``learning_rate`` down to
+    ``min_lr`` (``schedule="cosine"``) or, with ``schedule="wsd"``, ``learning_rate`` until the
+    last ``cooldown_fraction`` of those steps and a straight line down to ``min_lr`` over them;
+    ``min_lr`` from there on.
     """
     check_int(step, "step", low=0)
     lr, warmup = config.learning_rate, config.warmup_iters
@@ -100,10 +105,14 @@ def lr_at(step: int, config: TrainConfig) -> float:
     if step >= end:
         return config.min_lr
     ratio = (step - warmup) / (end - warmup)  # in [0, 1)
+    if config.schedule == "wsd":
+        left = (1.0 - ratio) / config.cooldown_fraction  # 1 where the cool-down starts, 0 at end
+        return config.min_lr + min(1.0, left) * (lr - config.min_lr)
     return config.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - config.min_lr)
 
 
-SCHEDULE_FIELDS = ("max_iters", "learning_rate", "min_lr", "warmup_iters", "lr_decay_iters")
+SCHEDULE_FIELDS = ("max_iters", "learning_rate", "min_lr", "warmup_iters", "lr_decay_iters",
+                   "schedule", "cooldown_fraction")
 
 
 def check_same_schedule(history: list[dict[str, Any]], saved: TrainConfig | None,
@@ -113,6 +122,13 @@ def check_same_schedule(history: list[dict[str, Any]], saved: TrainConfig | None
     A resumed run continues the saved one only if ``lr_at(s, cfg)`` is the rate each step ``s``
     already taken was trained with; a larger ``max_iters`` would stretch a started cosine instead.
     """
+    if (saved is not None and cfg.optimizer == "muon" and step > 0
+            and saved.adamw_lr_scale != cfg.adamw_lr_scale):
+        raise ValueError(
+            f"cannot resume {out_dir} with adamw_lr_scale={cfg.adamw_lr_scale} (the "
+            f"checkpoint's: {saved.adamw_lr_scale}): its AdamW part (embeddings, norms) took "
+            f"its {step} steps at {saved.adamw_lr_scale} times the schedule's rate. Resume with "
+            "the checkpoint's adamw_lr_scale, or train on from its weights as a new run")
     done = [(r["step"] - 1, r["lr"]) for r in history if "lr" in r]  # (step index, its lr)
     bad = next(((s, lr) for s, lr in done
                 if not math.isclose(lr, lr_at(s, cfg), rel_tol=1e-9, abs_tol=0.0)), None)
@@ -142,7 +158,8 @@ def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Op
     ``optimizer="muon"``: Muon for the blocks' matrices, AdamW for the rest (``configure_muon``)."""
     if config.optimizer == "muon":
         return configure_muon(model, config.learning_rate, config.weight_decay,
-                              (config.beta1, config.beta2))
+                              (config.beta1, config.beta2),
+                              adamw_lr_scale=config.adamw_lr_scale)
     params = [p for p in model.parameters() if p.requires_grad]  # a tied matrix is yielded once
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
@@ -250,8 +267,8 @@ def train(
         bar = cleanup.enter_context(_progress_bar(cfg.max_iters, step, show))
         while step < cfg.max_iters:
             lr = lr_at(step, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            for group in optimizer.param_groups:  # a group may train at a multiple of the rate
+                group["lr"] = lr * group.get("lr_scale", 1.0)
             t0 = time.perf_counter()
             loss_sum = 0.0
             for micro_step in range(A):  # gradient accumulation: A micro-batches, one update

@@ -1,5 +1,7 @@
 """Word vectors from co-occurrence counts, and searching them by cosine similarity.
 
+Chapter 4's word vectors.
+
 It handles the classic count-based recipe, small enough to run in seconds on a CPU:
 
 1. ``words_of(text)``: lower-cased words, without the corpus's ``SPEAKER:`` lines;

@@ -337,7 +337,10 @@
       const h = this.config.norm_position === "pre" ? this.norm(x, "transformer.ln_f") : x;
       const head = this.config.tie_weights ? this.w["transformer.embed.wte.weight"]
                                            : this.w["lm_head.weight"];
-      return linear(h, head, null, this.V, this.C);
+      const out = linear(h, head, null, this.V, this.C);
+      const cap = this.config.logit_softcap;  // chapter 12's soft cap: c tanh(logit / c)
+      if (cap) for (let i = 0; i < out.length; i++) out[i] = cap * Math.tanh(out[i] / cap);
+      return out;
     }
   }
 

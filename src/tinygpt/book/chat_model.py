@@ -1,6 +1,8 @@
 """The book's chat model: the book's model fine-tuned on conversations from the plays, and
 measured against the model it started from; computed once and cached.
 
+Chapter 15 shows both.
+
 ``chat_model()`` widens the book's model (``tinygpt.book.trained_model.book_model``) by the
 chat template's three tokens and fine-tunes it (``tinygpt.chat.fine_tune``) by ``CHAT_RECIPE``
 on the conversations of the plays wholly in the book's training text; the held-out

@@ -1,5 +1,8 @@
 """Code length of text under standard compressors: gzip, bzip2, xz and PPMd, per character.
 
+Chapter 8 puts them beside the loss ladder, chapter 14 sets PPMd against dynamic evaluation, and
+``tinygpt eval --compression`` measures them from the shell.
+
 A compressor is a model of text: the shorter it writes a text, the more probable it found it, and
 ``8 × bytes`` of output is a code length in bits, the quantity a language model's loss measures in
 nats (``bits × ln 2``). To put a compressor on the book's loss ladder it must be scored as the

@@ -1,6 +1,9 @@
 """Dynamic evaluation: a model that keeps learning while it reads the validation text, scored
 honestly.
 
+Chapter 14 teaches it (``read_and_learn`` is shown there, and its exercise is graded against it);
+``tinygpt.book.evaluations`` caches its results.
+
 A compressor such as PPMd keeps counting as it reads, so new plays' names cost it less the second
 time they appear. A network can do the same (dynamic evaluation, Krause et al., 2018): read the
 validation split in consecutive chunks and, for each chunk, first **score** it (its loss over

@@ -1,5 +1,7 @@
 """The book's evaluations beyond the validation loss, computed once and cached.
 
+Chapter 14 shows them.
+
 ``choice_ladder()`` scores every rung of the loss ladder (``tinygpt.book.ladder``) on the
 multiple-choice benchmark (``tinygpt.multiple_choice``), for each kind of cut.
 ``genre_comparison()`` classifies speeches by the kind of their play four ways

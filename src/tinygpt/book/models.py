@@ -1,10 +1,10 @@
 """The book's cached models and results, made ahead of the chapters: ``python -m
 tinygpt.book.models`` (``make models``, which ``make book`` and ``make test`` run first).
 
-Chapters 8, 12, 14 and 15 train models the first time they run (then load them from the results
-cache, ``tinygpt.book.results_cache``). On a slow or busy machine a training can take longer than
-a notebook cell is given, so the build trains them here first, outside any cell, each with a
-progress bar; an interrupted run resumes where its last checkpoint left it
+Chapters 4, 5, 6, 8, 12, 14 and 15 train models the first time they run (then load them from
+the results cache, ``tinygpt.book.results_cache``). On a slow or busy machine a training can take
+longer than a notebook cell is given, so the build trains them here first, outside any cell, each
+with a progress bar; an interrupted run resumes where its last checkpoint left it
 (``tinygpt.book.trained_model``), and one that is cached already is only loaded. It prints what
 each step took. It does not execute the chapters or decide what they show.
 

@@ -1,6 +1,8 @@
 """DPO from the book's chat model towards a preference that code computes, measured before and
 after; computed once and cached.
 
+Chapter 15 shows it.
+
 ``preference_comparison()`` samples several replies of the chat model
 (``tinygpt.book.chat_model``) to training prompts, pairs them by ``tinygpt.dpo.metre_distance``
 (lines near ten syllables preferred), trains by DPO (``tinygpt.dpo.train_dpo``) by

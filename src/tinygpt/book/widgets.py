@@ -1,5 +1,7 @@
 """An interactive sampling form for JupyterLab: ipywidgets controls around ``generate``.
 
+Chapter 9 builds the form and shows its click handler (``SamplingWidget.run``).
+
 ``sampling_widget(model, tokenizer)`` builds the form (prompt, temperature, top-k with 0 = off,
 top-p with 1 = off, new tokens, seed, a *Generate* button) and an output area. A click calls
 ``tinygpt.sample.generate`` with a generator seeded by the seed shown, so it is reproducible; a

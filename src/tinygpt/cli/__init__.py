@@ -4,12 +4,11 @@ one.
 
 It handles the parser and the exit codes: ``build_parser`` makes the commands (the model and
 training options come from ``GPTConfig`` and ``TrainConfig``, ``tinygpt.cli.options``), and
-``main`` runs ``tinygpt.cli.train.run_train``, ``tinygpt.cli.sample.run_sample`` or the
-``prepare`` command's function (``tinygpt.cli.prepare``). A user's
-mistake prints one line, ``tinygpt: error: <message>``, with exit code 2 (1 when training
-diverges, ``run_train``); Ctrl-C gives 130 at any moment (torch is imported inside ``main``);
-a closed stdout (``tinygpt sample | head``) ends quietly with 141. ``main`` returns the code
-instead of exiting. It does not train or sample itself; under ``torchrun`` each rank runs it.
+``main`` runs the function the chosen subcommand sets (``args.run``). A user's mistake prints
+one line, ``tinygpt: error: <message>``, with exit code 2 (1 when training diverges,
+``run_train``); Ctrl-C gives 130 at any moment (torch is imported inside ``main``); a closed
+stdout (``tinygpt sample | head``) ends quietly with 141. ``main`` returns the code instead of
+exiting. It does not train or sample itself; under ``torchrun`` each rank runs it.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ see; ``--split all``: the whole text, for a held-out file), and what is printed,
   a model should beat: the conditional code length ``len(C(train + val)) - len(C(train))`` in
   bits per character (``compression_bits``; with ``--split all`` there is no training part and
   it is ``len(C(val))``) of gzip, bzip2 and xz (the standard library's; the default) and
-  ``ppmd``, PPMd order 8 (``tinygpt.book.compression``, chapter 14's strongest baseline: slower,
-  and up to 256 MiB of memory); ``all`` is the four.
+  ``ppmd``, PPMd order 8 (``tinygpt.book.compression``, chapter 8's strongest compressor, met
+  again in chapter 14: slower, and up to 256 MiB of memory); ``all`` is the four.
 
 It does not train or sample. A character the tokenizer does not hold is refused with its
 position in the file.

@@ -1,5 +1,8 @@
 """Text a reader typed, mapped to the characters a character-level model knows.
 
+Command-line machinery: ``tinygpt chat`` and ``tinygpt finetune`` fold the text they are
+given with it.
+
 A model trained on the plays knows a few dozen characters; a reader types curly quotes, accents,
 dashes, digits the plays never print. ``fold`` maps each character the model does not know to
 the nearest one it knows, and drops the rest, saying what it did:

@@ -247,7 +247,7 @@ EXERCISES = [
                     lr_mistake(through=True)),
         )),
     Exercise(
-        "top_k_filter", 9, "top_k",
+        "top_k", 9, "top_k",
         "top_k(logits: Tensor (..., V), k: int) -> Tensor (..., V)",
         "-inf below the k-th largest logit of each row (ties with it kept)",
         top_k_reference, top_k_cases, names=("logits", "k"), mistakes=(

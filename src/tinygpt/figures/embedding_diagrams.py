@@ -8,8 +8,8 @@ tensor that a real module produced, so a diagram changes with the ``GPTConfig`` 
 Each returns a ``tinygpt.figures.drawing.Diagram``.
 
 It does not train anything and draws no plots of data; the later chapters' diagrams are in
-``tinygpt.figures.attention_diagrams`` (chapter 5) and ``tinygpt.figures.gpt_diagrams`` (chapters 6
-to 10).
+``tinygpt.figures.attention_diagrams`` (chapter 5) and ``tinygpt.figures.gpt_diagrams``
+(chapters 6, 7, 8 and 10).
 """
 
 from __future__ import annotations

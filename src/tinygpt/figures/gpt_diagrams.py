@@ -1,4 +1,4 @@
-"""Diagrams of chapters 6 to 10: the block, the whole GPT, training and data parallelism.
+"""Diagrams of chapters 6, 7, 8 and 10: the block, the whole GPT, training and data parallelism.
 
 ``block_pre_post``: a pre-norm and a post-norm ``Block`` side by side, the residual stream a
 highway that the attention and MLP branches leave and rejoin. ``gpt_stack``: ``GPT(config)`` as a
