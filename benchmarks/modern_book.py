@@ -203,8 +203,6 @@ LEVERS = {
     "wd0": "no weight decay",
     "shape-L2C128": "2 blocks, 3,630 steps (the steps 180 s buy)",
     "shape-L4C128": "4 blocks, 1,676 steps, learning rate 0.004",
-    "shape-L3C160": "width 160, 5 heads, 1,605 steps, learning rate 0.004",
-    "tied-lr3": "output layer tied to the embeddings, learning rate 0.003",
 }
 
 
