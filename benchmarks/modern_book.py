@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 from _bookrun import step_times  # benchmarks/_bookrun.py
+from _machine import cpu_description  # benchmarks/_machine.py
 from _sweep import run_sweep  # benchmarks/_sweep.py
 
 from tinygpt import data
@@ -98,8 +99,7 @@ def time_shapes(args: argparse.Namespace) -> None:
 
 
 def machine() -> str:
-    return (f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-            f"{platform.processor() or platform.platform()}")
+    return f"{cpu_description()}, torch {torch.__version__}, {platform.platform()}"
 
 
 def run_one(job: dict) -> dict:

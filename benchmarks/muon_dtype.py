@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from _machine import cpu_model  # benchmarks/_machine.py
 
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.model import GPT
@@ -75,23 +75,6 @@ def measure(rounds: int, steps: int) -> dict:
             "chooser_ns_ms": {str(d).removeprefix("torch."): round(1e3 * ns_seconds(d, cpu), 3)
                               for d in (torch.bfloat16, torch.float32)},
             "chooser_picks": str(fast_ns_dtype(cpu)).removeprefix("torch.")}
-
-
-def cpu_model() -> tuple[str, list[str]]:
-    """The CPU's model name and which of its bfloat16-related flags /proc/cpuinfo lists."""
-    name, flags = platform.processor() or platform.machine(), []
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                name = value.strip()
-            elif key.strip() == "flags":
-                flags = [f for f in value.split() if f in ("avx2", "avx512f", "avx512_bf16",
-                                                           "amx_bf16")]
-                break
-    except OSError:
-        pass
-    return name, flags
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,7 +77,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -92,6 +91,7 @@ import torch
 import torch.nn.functional as F
 from _bookrun import run_book  # benchmarks/_bookrun.py: the speedrun on the book's corpus
 from _hf import hf_copy  # benchmarks/_hf.py: the same weights in GPT2LMHeadModel
+from _machine import cpu_description  # benchmarks/_machine.py
 
 from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.data import load_text
@@ -342,7 +342,7 @@ def run_hf(train_ids: torch.Tensor, rounds: int, steps: int) -> dict | None:
 
 def machine() -> str:
     load = os.getloadavg()
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+    return (f"{cpu_description()}, "
             f"load {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}, torch threads "
             f"{torch.get_num_threads()}")
 

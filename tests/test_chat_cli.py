@@ -375,3 +375,28 @@ def test_the_memory_is_estimated_before_the_model_moves(checkpoints, capsys, mon
     monkeypatch.setattr(preflight, "available_memory", lambda device: 1000)
     code, _, err = chat_in_process(capsys, monkeypatch, checkpoints[0])
     assert code == 2 and "chatting needs about" in err and "has 1e+03 bytes available" in err, err
+
+
+@pytest.mark.parametrize("free", [1, 2])
+def test_chat_replies_on_the_cores_free_and_restores_the_thread_count(
+        checkpoints, capsys, monkeypatch, free):
+    from tinygpt import runtime
+
+    seen = []
+    real_reply = chat.ChatSession.reply
+
+    def spy(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_reply(self, *args, **kwargs)
+
+    monkeypatch.setattr(runtime, "threads_free", lambda window: free)
+    monkeypatch.setattr(chat.ChatSession, "reply", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        code, out, err = chat_in_process(capsys, monkeypatch, checkpoints[0], "--max-chars", 8)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert code == 0 and out.strip(), err
+    assert seen == [free] and after == 3

@@ -608,3 +608,29 @@ def test_sample_with_stdout_closed_is_one_line_not_a_traceback(tmp_path):
                           preexec_fn=lambda: os.close(1))
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "stdout is closed" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("free", [1, 2])
+def test_sample_generates_on_the_cores_free_and_restores_the_thread_count(
+        capsys, monkeypatch, trained, free):
+    import tinygpt.sample
+    from tinygpt import runtime
+
+    seen = []
+    real_generate = tinygpt.sample.generate
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_generate(*args, **kwargs)
+
+    monkeypatch.setattr(runtime, "threads_free", lambda window: free)
+    monkeypatch.setattr(tinygpt.sample, "generate", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        code, _, err = run(capsys, "sample", "--out", trained, "--max-new-tokens", "5")
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert code == 0, err
+    assert seen == [free] and after == 3

@@ -16,7 +16,8 @@ forge a turn), a character the model does not know is mapped to its nearest know
 (``tinygpt.cli.fold``), and a speech longer than a turn holds is cut to its end; each is said in one
 line on stderr, with positions counted in the reader's own text. The memory the session needs is
 estimated before the model is moved to ``--device``. The sampling options are those of
-``tinygpt sample`` (``tinygpt.cli.sampling_options``).
+``tinygpt sample`` (``tinygpt.cli.sampling_options``); on the CPU it samples, as ``sample`` does,
+on as many torch threads as cores are free when the session opens (``runtime.free_threads``).
 """
 
 from __future__ import annotations
@@ -176,6 +177,20 @@ def run_chat(args: argparse.Namespace, argv: list[str]) -> int:
                          "terminal")
     with sampling_options.naming_the_option(OPTION_NAMES):
         session = open_session(args)
+    with cpu_threads(session):
+        return reply_or_interact(session)
+
+
+def cpu_threads(session: Any) -> contextlib.AbstractContextManager:
+    """``runtime.free_threads()`` for a session on the CPU (the cores free now), else nothing."""
+    from tinygpt.runtime import free_threads
+
+    on_cpu = next(session.model.parameters()).device.type == "cpu"
+    return free_threads() if on_cpu else contextlib.nullcontext()
+
+
+def reply_or_interact(session: Any) -> int:
+    """One reply to the speech piped in, or the loop at a terminal."""
     if not sys.stdin.isatty():
         text, total = read_speech(sys.stdin, 8 * session.room + 1024)
         unread = total - len(text)  # the characters of the input before those kept

@@ -3,13 +3,16 @@
 It handles the command's own input: the ``\\n``/``\\t`` escapes of ``--prompt`` and ``--stop``,
 stop strings that must be one token each, the device, and a memory estimate made before the
 model is moved. The sampling settings are checked by ``tinygpt.sample.check_sampling``, the same
-check ``generate`` makes; an error it raises is given the name of its option. It imports no
+check ``generate`` makes; an error it raises is given the name of its option. On the CPU it
+samples on as many torch threads as cores are free (``runtime.free_threads``): a small model's
+step waits at every parallel loop for a thread whose core another process holds. It imports no
 training code (``tinygpt.train``, ``tinygpt.distributed``) and does not sample by itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 
@@ -54,7 +57,7 @@ def sample_and_print(args: argparse.Namespace) -> int:
     import torch
 
     from tinygpt.checkpoint import load_checkpoint
-    from tinygpt.runtime import resolve_device
+    from tinygpt.runtime import free_threads, resolve_device
     from tinygpt.sample import check_sampling, generate
 
     preflight.check_sample_args(args)  # sizes
@@ -91,9 +94,10 @@ def sample_and_print(args: argparse.Namespace) -> int:
     model = sampling_options.model_on_device(ckpt.model, device, args.device)
     idx = torch.tensor([ids] * args.num_samples, device=device)  # (B, T)
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    out = generate(model, idx, args.max_new_tokens, args.temperature, args.top_k,
-                   args.top_p, use_cache=not args.no_cache, generator=generator,
-                   stop=stops or None)  # (B, T + n)
+    with free_threads() if device.type == "cpu" else contextlib.nullcontext():
+        out = generate(model, idx, args.max_new_tokens, args.temperature, args.top_k,
+                       args.top_p, use_cache=not args.no_cache, generator=generator,
+                       stop=stops or None)  # (B, T + n)
     for i, row in enumerate(out.tolist()):
         new = row[len(ids):]
         ends = [j for j, t in enumerate(new) if t in stops]
