@@ -42,6 +42,7 @@ import torch
 from _bookrun import step_times  # benchmarks/_bookrun.py
 from _machine import cpu_description  # benchmarks/_machine.py
 from _sweep import run_sweep  # benchmarks/_sweep.py
+from levers_model import LeverGPT  # benchmarks/levers_model.py
 
 from tinygpt import data
 from tinygpt.book.scoring import score
@@ -106,7 +107,9 @@ def run_one(job: dict) -> dict:
     """One candidate trained and scored. With ``"split": "selection"`` it trains on the first
     90% of the training text only and is chosen by its loss on the last 10% (the selection
     split, ``selection_loss``); the validation split, the one the book scores, is scored too for
-    the record (``whole_val_loss``) but never read in training or used to choose."""
+    the record (``whole_val_loss``) but never read in training or used to choose. A job's
+    ``"model_levers"`` (``{"value_embeddings": true, "unet_skips": true}``, say) trains a
+    ``LeverGPT`` with them (``benchmarks/levers_model.py``); without it, the package's ``GPT``."""
     torch.set_num_threads(1)
     _, train_ids, val_ids = book_data()
     scored = {}
@@ -118,7 +121,8 @@ def run_one(job: dict) -> dict:
                              job["device"], job.get("model_changes"), job.get("train_changes"))
     torch.manual_seed(cfg.seed)
     start = time.perf_counter()
-    model = GPT(model_cfg)
+    levers = job.get("model_levers")
+    model = GPT(model_cfg) if levers is None else LeverGPT(model_cfg, **levers)
 
     def report(record: dict, _: GPT) -> None:  # a run cut short still leaves its curve in the log
         if "val_loss" in record:
@@ -161,7 +165,8 @@ def describe(row: dict) -> str:
     """One finished candidate, in a line."""
     chosen_on = (f"selection {row['selection_loss']:.4f}, " if "selection_loss" in row else "")
     return (f"{row['name']} lr {row['lr']:g} seed {row['seed']} steps {row['steps']} "
-            f"{row.get('model_changes', '')} {row.get('train_changes', '')}: "
+            f"{row.get('model_changes', '')} {row.get('train_changes', '')} "
+            f"{row.get('model_levers', '')}: "
             f"{chosen_on}validation {row['whole_val_loss']:.4f} ({row['seconds']:.0f} s)")
 
 
@@ -203,6 +208,11 @@ LEVERS = {
     "wd0": "no weight decay",
     "shape-L2C128": "2 blocks, 3,630 steps (the steps 180 s buy)",
     "shape-L4C128": "4 blocks, 1,676 steps, learning rate 0.004",
+    "ve": "value embeddings: a (V, C) table per block mixed into its attention values, "
+          "v = a v + b ve[idx] (benchmarks/levers_model.py)",
+    "unet": "U-net skips: block i's output, times a learned scalar, added to block L-1-i's "
+            "input (3 blocks: block 0's into block 2)",
+    "ve+unet": "value embeddings and U-net skips together",
 }
 
 
@@ -229,6 +239,7 @@ def summarise_levers(rows: list[dict], base: str = "base") -> list[dict]:
             "name": first["name"], "lr": first["lr"], "steps": first["steps"],
             "model_changes": first.get("model_changes", {}),
             "train_changes": first.get("train_changes", {}),
+            "model_levers": first.get("model_levers", {}),
             "selection_loss": statistics.mean(r["selection_loss"] for r in runs.values()),
             "paired_seeds": paired,
             "change": statistics.mean(change) if change else None,
@@ -316,7 +327,8 @@ def main() -> None:
     p.add_argument("--lrs", nargs="*", type=float)
     p.add_argument("--out", default="modern_book_sweep.jsonl")
     p.add_argument("--variants", help="a JSON list of runs instead of the grid: each with name "
-                   "(a timed shape), lr, and optionally seed, model_changes, train_changes")
+                   "(a timed shape), lr, and optionally seed, model_changes, train_changes, "
+                   "model_levers (LeverGPT's: value_embeddings, unet_skips)")
     p.add_argument("--cpu-seeds", nargs="*", type=int, help="train MODERN_RECIPE with these "
                    f"seeds on this machine and write {SEEDS_RESULT.name}")
     p.add_argument("--gpu-scale", action="store_true")
