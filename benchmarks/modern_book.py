@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 from _bookrun import step_times  # benchmarks/_bookrun.py
-from _machine import cpu_description  # benchmarks/_machine.py
+from _machine import cpu_description, cpu_model  # benchmarks/_machine.py
 from _sweep import run_sweep  # benchmarks/_sweep.py
 from levers_model import LeverGPT  # benchmarks/levers_model.py
 
@@ -139,7 +139,8 @@ def run_one(job: dict) -> dict:
     whole = score(model, val_ids, model_cfg.block_size)
     curve = [[r["step"], round(r["val_loss"], 4)] for r in history if "val_loss" in r]
     return {**job, **scored, "whole_val_loss": whole, "curve": curve, "seconds": seconds,
-            "model": asdict(model_cfg), "train": asdict(cfg)}
+            "model": asdict(model_cfg), "train": asdict(cfg), "cpu": cpu_model()[0],
+            "machine": cpu_description()}
 
 
 def train_candidates(args: argparse.Namespace) -> None:
@@ -192,6 +193,7 @@ def cpu_seeds(args: argparse.Namespace) -> None:
 
 
 LEVERS_RESULT = Path(__file__).parent / "results" / "modern_book_levers.json"
+UNNAMED_CPU = "an unnamed CPU"  # the CPU of a run recorded before runs named theirs
 # what each tag of the selection-split sweeps changed, for the record and chapter 12's table
 LEVERS = {
     "base": "MODERN_RECIPE as the validation-split search chose it",
@@ -217,36 +219,45 @@ LEVERS = {
 
 
 def summarise_levers(rows: list[dict], base: str = "base") -> list[dict]:
-    """Each tag's selection-split runs against the ``base`` tag's, paired by seed (the same
-    initial weights and batches): its mean selection loss and, over the seeds both ran, the
-    mean, lowest and highest change ``lever - base`` (negative: the lever helps); the
-    validation split's change beside it, for the record only (nothing is chosen on it). The
-    base first, then the levers from the most helpful change to the least."""
+    """Each tag's selection-split runs against the ``base`` tag's of the same CPU, paired by seed
+    (the same initial weights and batches): its mean selection loss and, over the seeds both
+    ran, the mean, lowest and highest change ``lever - base`` (negative: the lever helps); the
+    validation split's change beside it, for the record only (nothing is chosen on it).
+
+    Runs are compared only within one CPU (a row's ``"cpu"``, its model name): where bfloat16 is
+    native, Muon's Newton-Schulz runs in it (``tinygpt.muon.fast_ns_dtype``), elsewhere in
+    float32, so the same seed trains another model on another CPU. For each CPU, its base
+    first, then its levers from the most helpful change to the least."""
     selection = [r for r in rows if r.get("split") == "selection"]
-    by_tag: dict[str, dict[int, dict]] = {}
+    groups: dict[tuple[str, str], dict[int, dict]] = {}
     for r in selection:
-        by_tag.setdefault(r["tag"], {})[r["seed"]] = r
-    if base not in by_tag:
-        raise ValueError(f"no run is tagged {base!r}: nothing to compare the levers with")
+        groups.setdefault((r.get("cpu", UNNAMED_CPU), r["tag"]), {})[r["seed"]] = r
     out = []
-    for tag, runs in by_tag.items():
-        paired = sorted(set(runs) & set(by_tag[base]))
-        change = [runs[s]["selection_loss"] - by_tag[base][s]["selection_loss"] for s in paired]
-        val = [runs[s]["whole_val_loss"] - by_tag[base][s]["whole_val_loss"] for s in paired]
+    for (cpu, tag), runs in groups.items():
+        if (cpu, base) not in groups:
+            raise ValueError(f"no run on {cpu} is tagged {base!r}: nothing there to compare "
+                             f"{tag!r} with")
+        bases = groups[(cpu, base)]
+        paired = sorted(set(runs) & set(bases))
+        change = [runs[s]["selection_loss"] - bases[s]["selection_loss"] for s in paired]
+        val = [runs[s]["whole_val_loss"] - bases[s]["whole_val_loss"] for s in paired]
         first = next(iter(runs.values()))
         out.append({
-            "tag": tag, "lever": LEVERS.get(tag, tag), "seeds": sorted(runs),
+            "cpu": cpu, "tag": tag, "lever": LEVERS.get(tag, tag), "seeds": sorted(runs),
             "name": first["name"], "lr": first["lr"], "steps": first["steps"],
             "model_changes": first.get("model_changes", {}),
             "train_changes": first.get("train_changes", {}),
             "model_levers": first.get("model_levers", {}),
             "selection_loss": statistics.mean(r["selection_loss"] for r in runs.values()),
+            "base_spread": (max(r["selection_loss"] for r in bases.values())
+                            - min(r["selection_loss"] for r in bases.values())),
             "paired_seeds": paired,
             "change": statistics.mean(change) if change else None,
             "change_low": min(change, default=None), "change_high": max(change, default=None),
             "val_change": statistics.mean(val) if val else None})
-    return sorted(out, key=lambda row: (row["tag"] != base, row["change"] is None,
-                                        row["change"] or 0.0))  # the base, then by change
+    cpus = list(dict.fromkeys(row["cpu"] for row in out))  # in the order the runs came
+    return sorted(out, key=lambda row: (cpus.index(row["cpu"]), row["tag"] != base,
+                                        row["change"] is None, row["change"] or 0.0))
 
 
 def write_levers(args: argparse.Namespace) -> None:
@@ -258,7 +269,7 @@ def write_levers(args: argparse.Namespace) -> None:
         change = ("" if row["change"] is None or row["tag"] == "base" else
                   f" change {row['change']:+.4f} [{row['change_low']:+.4f}, "
                   f"{row['change_high']:+.4f}]")
-        print(f"{row['tag']:>16s} seeds {len(row['seeds'])} selection "
+        print(f"{row['cpu']}: {row['tag']:>16s} seeds {len(row['seeds'])} selection "
               f"{row['selection_loss']:.4f}{change}")
     Path(args.levers_out).write_text(json.dumps({
         "command": "python " + " ".join(sys.argv), "machine": machine(), "note": args.note,

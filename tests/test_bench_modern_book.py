@@ -86,8 +86,27 @@ def test_levers_are_compared_with_the_base_seed_by_seed_on_the_selection_split()
     assert (cap["change_low"], cap["change_high"]) == pytest.approx((-0.03, -0.02))
     assert cap["val_change"] == pytest.approx(-0.005)  # +0.01 and -0.02
     assert table["base"]["change"] == 0 and list(table) == ["base", "cap"]
+    assert cap["base_spread"] == pytest.approx(0.10)
     with pytest.raises(ValueError, match="base"):
         modern_book.summarise_levers(rows[3:])
+
+
+def test_levers_are_paired_only_with_the_base_of_their_own_cpu():
+    def run(cpu, tag, seed, selection):
+        return {"cpu": cpu, "tag": tag, "seed": seed, "name": "s", "lr": 5e-3, "steps": 10,
+                "split": "selection", "selection_loss": selection, "whole_val_loss": 1.0}
+
+    rows = [run("Intel", "base", 1, 1.50), run("Intel", "cap", 1, 1.49),
+            run("AMD", "base", 1, 1.40), run("AMD", "ve", 1, 1.45), run("AMD", "cap", 1, 1.30)]
+    table = modern_book.summarise_levers(rows)
+    assert [(row["cpu"], row["tag"]) for row in table] == [
+        ("Intel", "base"), ("Intel", "cap"), ("AMD", "base"), ("AMD", "cap"), ("AMD", "ve")]
+    change = {(row["cpu"], row["tag"]): row["change"] for row in table}
+    assert change[("Intel", "cap")] == pytest.approx(-0.01)
+    assert change[("AMD", "cap")] == pytest.approx(-0.10)
+    assert change[("AMD", "ve")] == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="no run on AMD is tagged 'base'"):
+        modern_book.summarise_levers([r for r in rows if r["tag"] != "base" or r["cpu"] != "AMD"])
 
 
 # --- benchmarks/levers_model.py: value embeddings and U-net skips, for the selection split ------
