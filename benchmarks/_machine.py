@@ -33,6 +33,14 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, list[str]]:
     return name, flags
 
 
+def cpu_label() -> str:
+    """``"<model> (<flags>)"``: the name runs are paired under. Two CPUs of one model name can
+    differ in what decides a run's numbers (an "Intel(R) Xeon(R) Processor" with or without
+    AVX-512 BF16), so the flags are part of it."""
+    name, flags = cpu_model()
+    return f"{name} ({' '.join(flags) or 'no flags listed'})"
+
+
 def cpu_description() -> str:
     """``"<model>, <n> CPU cores, flags <flags>"``, then ``held: VAR=value ...`` for each of
     ``HOLD_AVX2``'s variables that is set."""

@@ -29,18 +29,12 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _machine import cpu_description
+
 ROOT = Path(__file__).resolve().parents[1]
 HOG = "while True:\n    pass\n"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def chapter_seconds(build: Path) -> dict[str, float]:
@@ -119,7 +113,7 @@ def main() -> int:
     record = {
         "command": "python benchmarks/busy_build.py " + " ".join(sys.argv[1:]),
         "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {cpu_model()}, "
+        "machine": f"{platform.machine()}, {cpu_description()}, "
                    f"Python {platform.python_version()}",
         "hogs": args.hogs,
         "cold": args.cold,

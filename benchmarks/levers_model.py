@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.attention import CausalSelfAttention, KVCache
@@ -123,7 +122,7 @@ class LeverGPT(GPT):
             raise ValueError("LeverGPT (benchmarks/levers_model.py) is trained and scored only: "
                              "it takes no key/value caches; call it with caches=None")
         self.check_inputs(idx, targets, None, last_only)
-        B, T = idx.shape
+        T = idx.shape[1]
         tok = self.transformer.embed.wte(idx)  # (B, T, C)
         pos = self.transformer.embed.positions(T)  # (T, C); zeros with RoPE
         x = self.transformer.drop(tok + pos)  # (B, T, C)
@@ -136,17 +135,7 @@ class LeverGPT(GPT):
             x = self.run_block(i, block, x, idx)  # (B, T, C)
             if i in givers:
                 given[i] = x
-        if last_only:
-            x = x[:, -1:, :]  # (B, 1, C)
-        x = self.transformer.ln_f(x)  # (B, T, C), or (B, 1, C)
-        logits = self.lm_head(x)  # (B, T, V), or (B, 1, V)
-        if self.config.logit_softcap:  # a smooth clamp of every logit to (-c, c)
-            c = self.config.logit_softcap
-            logits = c * torch.tanh(logits / c)
-        if targets is None:
-            return logits
-        loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))  # scalar
-        return logits, loss
+        return self.logits_and_loss(x, targets, last_only=last_only)
 
     def run_block(self, i: int, block: Block, x: Tensor, idx: Tensor) -> Tensor:
         """Block ``i`` on the stream ``x`` ``(B, T, C)``: the block itself, or with value

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 from _bookrun import step_times  # benchmarks/_bookrun.py
-from _machine import cpu_description, cpu_model  # benchmarks/_machine.py
+from _machine import cpu_description, cpu_label  # benchmarks/_machine.py
 from _sweep import run_sweep  # benchmarks/_sweep.py
 from levers_model import LeverGPT  # benchmarks/levers_model.py
 
@@ -139,7 +139,7 @@ def run_one(job: dict) -> dict:
     whole = score(model, val_ids, model_cfg.block_size)
     curve = [[r["step"], round(r["val_loss"], 4)] for r in history if "val_loss" in r]
     return {**job, **scored, "whole_val_loss": whole, "curve": curve, "seconds": seconds,
-            "model": asdict(model_cfg), "train": asdict(cfg), "cpu": cpu_model()[0],
+            "model": asdict(model_cfg), "train": asdict(cfg), "cpu": cpu_label(),
             "machine": cpu_description()}
 
 
@@ -224,7 +224,8 @@ def summarise_levers(rows: list[dict], base: str = "base") -> list[dict]:
     ran, the mean, lowest and highest change ``lever - base`` (negative: the lever helps); the
     validation split's change beside it, for the record only (nothing is chosen on it).
 
-    Runs are compared only within one CPU (a row's ``"cpu"``, its model name): where bfloat16 is
+    Runs are compared only within one CPU (a row's ``"cpu"``, its model name and bfloat16 flags;
+    the oldest rows hold the name only): where bfloat16 is
     native, Muon's Newton-Schulz runs in it (``tinygpt.muon.fast_ns_dtype``), elsewhere in
     float32, so the same seed trains another model on another CPU. For each CPU, its base
     first, then its levers from the most helpful change to the least."""

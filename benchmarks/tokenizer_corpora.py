@@ -36,15 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ngram_corpus
 import prepare
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else what ``platform`` knows."""
-    info = Path("/proc/cpuinfo")
-    for line in info.read_text().splitlines() if info.exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
+from _machine import cpu_model
 
 
 def load() -> str:
@@ -92,7 +84,7 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/tokenizer_corpora.json")
     args = parser.parse_args()
     results: dict = {"command": "python " + " ".join(sys.argv),
-                     "machine": f"{cpu_name()}, {platform.machine()}, {os.cpu_count()} CPU "
+                     "machine": f"{cpu_model()[0]}, {platform.machine()}, {os.cpu_count()} CPU "
                                 f"cores, Python {platform.python_version()}",
                      "load_at_start": load(), "workers": args.workers,
                      "bpe_vocab_size": prepare.BPE_VOCAB, "corpora": {}}

@@ -39,3 +39,12 @@ def test_a_held_instruction_set_is_said(monkeypatch):
         monkeypatch.setenv(var, value)
     assert _machine.cpu_description().endswith(
         ", held: ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2")
+
+
+def test_two_cpus_of_one_name_with_other_bfloat16_flags_get_other_labels(monkeypatch):
+    monkeypatch.setattr(_machine, "cpu_model", lambda: ("Intel(R) Xeon(R) Processor", ["avx2"]))
+    without = _machine.cpu_label()
+    monkeypatch.setattr(_machine, "cpu_model",
+                        lambda: ("Intel(R) Xeon(R) Processor", ["avx2", "avx512_bf16"]))
+    assert without == "Intel(R) Xeon(R) Processor (avx2)"
+    assert _machine.cpu_label() == "Intel(R) Xeon(R) Processor (avx2 avx512_bf16)"

@@ -158,12 +158,20 @@ class GPT(nn.Module):
         """
         self.check_inputs(idx, targets, caches, last_only)  # a clear error for any bad argument
         past = 0 if caches is None else caches[0].length  # positions already cached
-        B, T = idx.shape
+        T = idx.shape[1]
         tok = self.transformer.embed.wte(idx)  # (B, T, C)
         pos = self.transformer.embed.positions(past + T)[past:]  # (T, C): past .. past+T-1
         x = self.transformer.drop(tok + pos)  # (B, T, C)
         for i, block in enumerate(self.transformer.h):
             x = block(x, cache=None if caches is None else caches[i])  # (B, T, C)
+        return self.logits_and_loss(x, targets, last_only=last_only)
+
+    def logits_and_loss(self, x: Tensor, targets: Tensor | None = None, *,
+                        last_only: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """The end of ``forward``, from the residual stream ``x`` ``(B, T, C)`` after the last
+        block: the final norm, ``lm_head``, the soft cap if set, and with ``targets`` ``(B, T)``
+        the mean cross-entropy. ``last_only=True`` keeps only the last position."""
+        B, T, _ = x.shape
         if last_only:
             x = x[:, -1:, :]  # (B, 1, C): the final norm and lm_head act on each position
         x = self.transformer.ln_f(x)  # (B, T, C), or (B, 1, C)
