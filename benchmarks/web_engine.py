@@ -7,7 +7,8 @@ with the built book's layout into a temporary folder (the engine, the panel and 
 by tinygpt.book.web_export), opens it from disk in headless Chromium (/usr/bin/chromium, network
 blocked) and measures, in the page:
 
-* ``load_s``: from adding the model's ``<script>`` to a loaded ``Model`` (parse + base64 decode);
+* ``load_s``: from adding the model's ``<script>`` to a loaded ``Model`` (parse, base64 decode,
+  inflate and interleave the packed weights);
 * ``first_char_s``: from the start of generation to the first character, the prompt fed;
 * ``chars_per_s`` with the key/value cache (``--chars`` characters) and without it (a fifth as
   many: each step feeds the whole context);
@@ -28,8 +29,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
+import os
+import platform
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -41,6 +46,9 @@ from tinygpt.book.web_export import export_model
 from tinygpt.chat import SPECIAL_TOKENS
 from tinygpt.model import GPT
 from tinygpt.tokenizer import CharTokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import cpu_description  # benchmarks/_machine.py
 
 REPO = Path(__file__).resolve().parents[1]
 STATIC = REPO / "book" / "_static" / "tinygpt"
@@ -55,7 +63,7 @@ MEASURE = """async ([name, n, prompt]) => {
     document.head.appendChild(s);
   });
   const e = window.TINYGPT_MODELS[name];
-  const m = tinygptEngine.loadModel(e.manifest, tinygptEngine.base64ToBuffer(e.weights));
+  const m = tinygptEngine.loadModel(e.manifest, await tinygptEngine.unpackWeights(e));
   const load = (performance.now() - t0) / 1000;
   const run = (count, useCache) => {
     const ids = m.encode(prompt);
@@ -101,7 +109,10 @@ def main() -> None:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    results = {}
+    results: dict = {"command": "python benchmarks/web_engine.py " + " ".join(sys.argv[1:]),
+                     "date": datetime.date.today().isoformat(),
+                     "machine": f"{platform.machine()}, {cpu_description()}",
+                     "load_1min_before": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
         root = Path(tmp)
         (root / "_static" / "tinygpt").mkdir(parents=True)
@@ -112,6 +123,7 @@ def main() -> None:
             "</script>", encoding="utf-8")
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
                                      args=["--no-sandbox", "--disable-gpu"])
+        results["browser"] = f"Chromium {browser.version}, headless, one page at a time"
         for name, model, tok in models(args.random):
             sizes = export_model(model, tok, root / "_static" / "models", name)
             page = browser.new_page()
@@ -125,6 +137,7 @@ def main() -> None:
             results[name] = got
             page.close()
         browser.close()
+    results["load_1min_after"] = os.getloadavg()[0]
     text = json.dumps(results, indent=2)
     print(text)
     if args.out:

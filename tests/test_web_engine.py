@@ -12,17 +12,20 @@ tokens; the sampler alone gives ``choose_token``'s choice on many seeds and sett
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from tinygpt.book.web_export import export_model
+from tinygpt.book.web_export import export_model, pack_weights, unpack_weights
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
 from tinygpt.sample import PCG32, choose_token, generate
@@ -221,6 +224,30 @@ def test_export_writes_the_weights_and_refuses_foreign_files(tmp_path):
     with pytest.raises(ValueError, match="vocab_size is 43"):
         export_model(GPT(dataclasses.replace(CONFIGS["book"], vocab_size=43)),
                      CharTokenizer(CHARS), tmp_path, "x")
+
+
+def test_the_model_script_holds_the_bin_packed_and_the_engine_unpacks_it(exported, tmp_path):
+    """The .js a page opened from disk loads holds the .bin's bytes packed (byte planes,
+    deflated, base64); Python's unpack_weights and the engine's unpackWeights (in Node, with
+    its DecompressionStream) both give back exactly the .bin, whose SHA-256 the manifest
+    holds."""
+    _, _, script = exported
+    text = script.read_text()
+    packed = base64.b64decode(re.search(r'weights: "([A-Za-z0-9+/=]+)"', text).group(1))
+    blob = script.with_suffix(".bin").read_bytes()
+    assert '"shuffle4-deflate"' in text and unpack_weights(packed) == blob
+    manifest = json.loads(script.with_suffix(".json").read_text())
+    got = run_node(tmp_path, [{"kind": "weights_sha256"}], script, "m")[0]
+    assert got == manifest["sha256"]
+
+
+def test_packing_puts_each_byte_of_a_float_in_its_plane_and_refuses_a_partial_float():
+    blob = bytes(range(8))  # two floats: bytes 0-3 and 4-7
+    assert unpack_weights(pack_weights(blob)) == blob
+    assert pack_weights(blob) != pack_weights(bytes([0, 4, 1, 5, 2, 6, 3, 7]))
+    assert zlib.decompress(pack_weights(blob)) == bytes([0, 4, 1, 5, 2, 6, 3, 7])
+    with pytest.raises(ValueError, match="multiple of 4, got 7"):
+        pack_weights(blob[:7])
 
 
 def test_generate_refuses_a_generator_and_an_rng_together():

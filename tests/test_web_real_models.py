@@ -179,6 +179,19 @@ def test_a_served_page_adds_at_most_3_mb(tmp_path, name):
     assert sizes[f"{name}.bin"] == 4 * sum(t.numel() for _, t in weights_of(run.model))
 
 
+@pytest.mark.parametrize("name", ["book", "modern", "chat"])
+def test_a_page_opened_from_disk_adds_at_most_3_mb(tmp_path, name):
+    """Opened from disk (file://), a page loads every script of book/_static/tinygpt (at most)
+    and, when the reader asks, one model's .js, its weights packed (base64 of deflated byte
+    planes: a plain base64 of the modern model's float32 weights alone is 3.2 MB)."""
+    run = chat_model.chat_model() if name == "chat" else book_model(RECIPES[name],
+                                                                    progress=False)
+    sizes = export_model(run.model, run.tokenizer, tmp_path, name)
+    scripts = sum(p.stat().st_size for p in (STATIC / "tinygpt").glob("*.js"))
+    added = scripts + sizes[f"{name}.js"]
+    assert added <= PAGE_LIMIT, f"{name}: {added:,} bytes"
+
+
 def test_chapter_15_adds_the_dpo_model_only_after_the_click(tmp_path):
     """Served, chapter 15's page adds its scripts (at most: every script of
     book/_static/tinygpt) and the chat model's .json and .bin when the reader first says

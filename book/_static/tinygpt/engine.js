@@ -36,6 +36,37 @@
   }
 
   /**
+   * The float32 weights of a model script's entry ({manifest, packing, weights}, web_export's
+   * <name>.js), as an ArrayBuffer: a Promise. Packing "shuffle4-deflate": base64 of zlib's
+   * deflate of four byte planes (byte 0 of every float, then byte 1, 2, 3), inflated by the
+   * browser's own DecompressionStream and interleaved again. An entry without packing holds
+   * the plain bytes in base64.
+   */
+  async function unpackWeights(entry) {
+    const raw = base64ToBuffer(entry.weights);
+    if (!entry.packing) return raw;
+    if (entry.packing !== "shuffle4-deflate") {
+      throw new Error("unknown packing of the weights: " + entry.packing);
+    }
+    if (typeof DecompressionStream !== "function") {
+      throw new Error("this browser has no DecompressionStream to unpack the weights");
+    }
+    const stream = new Blob([raw]).stream().pipeThrough(new DecompressionStream("deflate"));
+    const planes = new Uint8Array(await new Response(stream).arrayBuffer());
+    const n = planes.length / 4;
+    if (planes.length !== entry.manifest.bytes || !Number.isInteger(n)) {
+      throw new Error("the unpacked weights hold " + planes.length + " bytes, the manifest " +
+                      "says " + entry.manifest.bytes);
+    }
+    const out = new Uint8Array(planes.length);
+    for (let j = 0; j < 4; j++) {
+      const plane = planes.subarray(j * n, (j + 1) * n);
+      for (let i = 0; i < n; i++) out[4 * i + j] = plane[i];
+    }
+    return out.buffer;
+  }
+
+  /**
    * A Model from a manifest (web_export's JSON: config, chars, tensors with name, shape and byte
    * offset) and the float32 little-endian bytes it describes.
    */
@@ -452,7 +483,7 @@
   }
 
   const engine = {
-    base64ToBuffer, loadModel, Model, PCG32, sampleToken, generateTokens, erf,
+    base64ToBuffer, unpackWeights, loadModel, Model, PCG32, sampleToken, generateTokens, erf,
   };
   root.tinygptEngine = engine;
   if (typeof module !== "undefined" && module.exports) module.exports = engine;

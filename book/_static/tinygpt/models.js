@@ -7,9 +7,10 @@
  * loaded when a panel first asks for it:
  *
  * - on a page served over http(s) (a static host, GitHub Pages), <name>.json and <name>.bin by
- *   fetch(): the float32 weights as they are, a quarter smaller than in base64;
+ *   fetch(): the float32 weights as they are, smaller than the script even packed;
  * - on a page opened from disk (file://), where Chromium refuses fetch(), or where the fetch
- *   fails, <name>.js by a <script> tag: the same manifest and weights, the weights in base64.
+ *   fails, <name>.js by a <script> tag: the same manifest and weights, the weights packed
+ *   (engine.unpackWeights: byte planes, deflated, in base64).
  *
  * It does not build any panel (startPanels calls the panel's own builder).
  */
@@ -36,11 +37,9 @@
       const ready = () => {
         const entry = (window.TINYGPT_MODELS || {})[name];
         if (!entry) return reject(new Error("models/" + name + ".js did not define the model"));
-        try {
-          resolve(engine.loadModel(entry.manifest, engine.base64ToBuffer(entry.weights)));
-        } catch (err) {
-          reject(err);
-        }
+        engine.unpackWeights(entry)
+          .then((weights) => resolve(engine.loadModel(entry.manifest, weights)))
+          .catch(reject);
       };
       if ((window.TINYGPT_MODELS || {})[name]) return ready();
       const script = document.createElement("script");

@@ -8,9 +8,15 @@
   their total ``bytes`` and SHA-256;
 * ``<name>.bin``, every tensor of the state dict in that order, float32 little-endian, row-major
   (a tied ``lm_head.weight`` is left out: the page uses the token table);
-* ``<name>.js``, a classic script that registers the manifest and the weights in base64 under
+* ``<name>.js``, a classic script that registers the manifest and the weights under
   ``window.TINYGPT_MODELS[name]``: what the page loads when opened from disk (``file://``), where
-  a browser refuses ``fetch``; a ``<script>`` tag still works there.
+  a browser refuses ``fetch``; a ``<script>`` tag still works there. Its weights are the
+  ``.bin``'s bytes packed (``packing`` ``"shuffle4-deflate"``, ``pack_weights``): split into
+  four planes (every float's first byte, then every second byte, ...), compressed with zlib's
+  deflate and written in base64. The planes of exponent and sign bytes compress well, so the
+  file is about 15% smaller than the plain base64 (a third larger than the ``.bin``) would be,
+  which keeps the modern model's page from disk under 3 MB; the page unpacks it with the
+  browser's own ``DecompressionStream`` (engine.js's ``unpackWeights``).
 
 Each file is written to a temporary name and renamed into place; a file of that name that this
 module did not write (another format) is refused, never replaced. The page's engine
@@ -26,6 +32,7 @@ import hashlib
 import json
 import os
 import secrets
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +77,30 @@ def manifest_and_bytes(model: GPT, tokenizer: CharTokenizer, name: str
                 "tensors": tensors, "bytes": len(blob),
                 "sha256": hashlib.sha256(blob).hexdigest()}
     return manifest, blob
+
+
+PACKING = "shuffle4-deflate"
+
+
+def pack_weights(blob: bytes) -> bytes:
+    """The bytes of ``blob`` (float32 values, so a multiple of 4 long) in four planes, byte 0
+    of every value, then byte 1, 2 and 3, compressed with zlib (RFC 1950, the "deflate" of a
+    browser's ``DecompressionStream``). ``unpack_weights`` undoes it."""
+    if len(blob) % 4:
+        raise ValueError(f"the weights are float32 values: their byte count must be a multiple "
+                         f"of 4, got {len(blob)}")
+    planes = b"".join(blob[j::4] for j in range(4))
+    return zlib.compress(planes, 9)
+
+
+def unpack_weights(packed: bytes) -> bytes:
+    """The bytes ``pack_weights`` packed: inflate, then interleave the four planes again."""
+    planes = zlib.decompress(packed)
+    n = len(planes) // 4
+    out = bytearray(len(planes))
+    for j in range(4):
+        out[j::4] = planes[j * n:(j + 1) * n]
+    return bytes(out)
 
 
 def _ours(path: Path) -> bool:
@@ -119,8 +150,9 @@ def export_model(model: GPT, tokenizer: CharTokenizer, folder: str | Path, name:
     text = json.dumps(manifest, ensure_ascii=True)
     script = (f"{_JS_MARK} {name!r}: written by tinygpt.book.web_export when the book was "
               "built.\nwindow.TINYGPT_MODELS = window.TINYGPT_MODELS || {};\n"
-              f"window.TINYGPT_MODELS[{json.dumps(name)}] = {{manifest: {text}, weights: \""
-              f"{base64.b64encode(blob).decode('ascii')}\"}};\n")
+              f"window.TINYGPT_MODELS[{json.dumps(name)}] = {{manifest: {text}, packing: "
+              f"\"{PACKING}\", weights: \"{base64.b64encode(pack_weights(blob)).decode('ascii')}"
+              "\"};\n")
     _write_atomic(paths["bin"], blob)
     _write_atomic(paths["json"], text.encode("utf-8"))
     _write_atomic(paths["js"], script.encode("utf-8"))
