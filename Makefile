@@ -135,7 +135,9 @@ timed = echo "=== $(1)"; t0=$$(date +%s); $(2); echo "=== $(1): done in $$(( $$(
 test: setup
 	@$(call timed,lint: ruff check . and ruff format --check chapters/,$(BIN)/ruff check . && $(BIN)/ruff format --check chapters/)
 	@$(call timed,types: mypy (the package; settings in pyproject.toml),$(BIN)/mypy)
-	@$(call timed,unit tests: pytest tests/,$(BIN)/python -m pytest tests/ --ignore=tests/browser)
+	@# The unit tests run on one torch thread each (tests/conftest.py), so one worker per core
+	@# (pytest-xdist's -n auto) shares the machine without oversubscribing it.
+	@$(call timed,unit tests: pytest -n auto tests/,$(BIN)/python -m pytest -n auto tests/ --ignore=tests/browser)
 	@$(call timed,models: python -m tinygpt.book.models,$(MAKE) models)
 	@# nbval cannot switch its cell timeout off: a day stands for none (the models are made above)
 	@$(call timed,chapters: pytest --nbval-lax chapters/,$(BIN)/python -m pytest --nbval-lax --nbval-cell-timeout=86400 chapters/)
@@ -160,7 +162,7 @@ lab: setup
 # editing or executing a chapter; `make test` fails while either is out of date.
 format: $(STAMP)
 	$(BIN)/ruff format chapters/
-	$(BIN)/python book/_ext/book_glue.py chapters/*.ipynb
+	$(BIN)/python book/_ext/book_glue.py chapters/*.ipynb chapters/under_the_hood/*.ipynb
 
 bench: $(STAMP)
 	@shopt -s nullglob; \

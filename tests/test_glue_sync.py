@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 import book_glue  # noqa: E402
 
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+# the chapters and the Under the hood pages: every notebook whose prose is glued
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb")) + sorted(
+    (ROOT / "chapters" / "under_the_hood").glob("*.ipynb"))
 
 
 def markdown_sources(path: Path) -> list[str]:
