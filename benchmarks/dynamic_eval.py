@@ -23,7 +23,7 @@ recipe here on the first 90% of the training text and scores it on the same sele
 Usage (a quiet machine): nice -n 10 python benchmarks/dynamic_eval.py --model book --write
        python benchmarks/dynamic_eval.py --model modern --write
        python benchmarks/dynamic_eval.py --model small --steps 600 --lr 1e-4,3e-4,1e-3
-       python benchmarks/dynamic_eval.py --model book-selection --lr 3e-4,1e-3,3e-3 --write
+       python benchmarks/dynamic_eval.py --model book-selection --lr 1e-4,2e-4,3e-4,1e-3,3e-3
        python benchmarks/dynamic_eval.py --model selection --row ROWS.jsonl:TAG:SEED --write
 """
 
