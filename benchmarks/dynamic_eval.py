@@ -44,7 +44,7 @@ from tinygpt import data
 from tinygpt.book import trained_model
 from tinygpt.book.dynamic_eval import dynamic_score
 from tinygpt.book.scoring import score
-from tinygpt.config import GPTConfig
+from tinygpt.config import GPTConfig, TrainConfig
 from tinygpt.files.writing import write_atomically
 from tinygpt.model import GPT
 from tinygpt.runtime import one_thread
@@ -53,17 +53,25 @@ from tinygpt.train import train
 COMPRESSION = Path(__file__).resolve().parent / "results" / "compression.json"
 
 
+def trained_book_recipe(cfg: TrainConfig, train_ids: torch.Tensor,
+                        eval_ids: torch.Tensor) -> tuple[torch.nn.Module, float]:
+    """The book's model trained here by ``cfg`` on ``train_ids`` (``eval_ids`` only for the
+    losses it logs), and the seconds it took."""
+    model_cfg = trained_model.BOOK_RECIPE.model
+    torch.manual_seed(cfg.seed)
+    model = GPT(model_cfg)
+    start = time.perf_counter()
+    train(model_cfg, cfg, train_ids, eval_ids, model=model, progress=False)
+    return model.eval(), time.perf_counter() - start
+
+
 def small_model(steps: int) -> tuple[torch.nn.Module, dict]:
     """The book's recipe cut to ``steps`` steps (its schedule shortened with it), trained here."""
     recipe = trained_model.BOOK_RECIPE
     cfg = dataclasses.replace(recipe.train, max_iters=steps, eval_interval=steps, eval_iters=2)
     _, train_ids, val_ids = trained_model.book_data(recipe.corpus)
-    torch.manual_seed(cfg.seed)
-    model = GPT(recipe.model)
-    start = time.perf_counter()
-    train(recipe.model, cfg, train_ids, val_ids[:4096], model=model, progress=False)
-    return model.eval(), {"recipe": "BOOK_RECIPE with max_iters=" + str(steps),
-                          "train_s": time.perf_counter() - start}
+    model, seconds = trained_book_recipe(cfg, train_ids, val_ids[:4096])
+    return model, {"recipe": "BOOK_RECIPE with max_iters=" + str(steps), "train_s": seconds}
 
 
 def book_selection_model() -> tuple[torch.nn.Module, dict]:
@@ -72,13 +80,9 @@ def book_selection_model() -> tuple[torch.nn.Module, dict]:
     recipe = trained_model.BOOK_RECIPE
     _, train_ids, _ = trained_model.book_data(recipe.corpus)
     fit_ids, select_ids = data.split_train_val(train_ids)
-    torch.manual_seed(recipe.train.seed)
-    model = GPT(recipe.model)
-    start = time.perf_counter()
-    train(recipe.model, recipe.train, fit_ids, select_ids, model=model, progress=False)
-    return model.eval(), {"recipe": "BOOK_RECIPE on the first 90% of the training text",
-                          "train_s": time.perf_counter() - start,
-                          "split": "selection (the last 10% of the training text)"}
+    model, seconds = trained_book_recipe(recipe.train, fit_ids, select_ids)
+    return model, {"recipe": "BOOK_RECIPE on the first 90% of the training text",
+                   "train_s": seconds, "split": "selection (the last 10% of the training text)"}
 
 
 def selection_model(row_spec: str) -> tuple[torch.nn.Module, dict]:
