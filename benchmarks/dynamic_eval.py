@@ -20,11 +20,17 @@ the validation split is left for the score. ``--model book-selection`` trains th
 recipe here on the first 90% of the training text and scores it on the same selection split
 (the book's model's own settings, chosen honestly).
 
+``--model modern --seeds 1337 1338 1339`` scores the modern book model trained with each seed
+(as chapter 12 trains it, cached: ``benchmarks/modern_book.py --cpu-seeds`` trains the same
+ones) at the modern model's own settings (``tinygpt.book.evaluations.DYNAMIC``, chosen on the
+selection split): the spread of its static and dynamic losses over seeds.
+
 Usage (a quiet machine): nice -n 10 python benchmarks/dynamic_eval.py --model book --write
        python benchmarks/dynamic_eval.py --model modern --write
        python benchmarks/dynamic_eval.py --model small --steps 600 --lr 1e-4,3e-4,1e-3
        python benchmarks/dynamic_eval.py --model book-selection --lr 1e-4,2e-4,3e-4,1e-3,3e-3
        python benchmarks/dynamic_eval.py --model selection --row ROWS.jsonl:TAG:SEED --write
+       python benchmarks/dynamic_eval.py --model modern --seeds 1337 1338 1339 --write
 """
 
 from __future__ import annotations
@@ -33,12 +39,12 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
+from _machine import cpu_description  # benchmarks/_machine.py
 
 from tinygpt import data
 from tinygpt.book import trained_model
@@ -98,6 +104,32 @@ def selection_model(row_spec: str) -> tuple[torch.nn.Module, dict]:
                           "split": "selection (the last 10% of the training text)"}
 
 
+def seed_spread(seeds: list[int]) -> dict:
+    """The modern book model trained with each of ``seeds`` (cached, or trained here on the
+    free cores) scored statically and dynamically at its settings (DYNAMIC) on the whole
+    validation split, one thread: one row per seed, and each loss's mean, lowest and highest."""
+    from tinygpt.book import evaluations
+
+    _, _, val_ids = trained_model.book_data(trained_model.MODERN_RECIPE.corpus)
+    rows = []
+    for seed in seeds:
+        recipe = dataclasses.replace(trained_model.MODERN_RECIPE, train=dataclasses.replace(
+            trained_model.MODERN_RECIPE.train, seed=seed))
+        found = trained_model.book_model(recipe, progress=False)
+        start = time.perf_counter()
+        with one_thread():
+            got = dynamic_score(found.model, val_ids, recipe.model.block_size,
+                                **evaluations.DYNAMIC["modern_model"])
+        rows.append({"seed": seed, "static": found.val_loss, "dynamic": got.loss,
+                     "train_s": found.train_s, "trained_on": found.machine,
+                     "dynamic_s": time.perf_counter() - start})
+        print(rows[-1], flush=True)
+    summary = {name: {"mean": sum(r[name] for r in rows) / len(rows),
+                      "low": min(r[name] for r in rows), "high": max(r[name] for r in rows)}
+               for name in ("static", "dynamic")}
+    return {"settings": evaluations.DYNAMIC["modern_model"], "rows": rows, **summary}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model",
@@ -108,10 +140,32 @@ def main() -> None:
     parser.add_argument("--lr", default="1e-4,3e-4,1e-3", help="learning rates, comma-separated")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default="adam")
     parser.add_argument("--windows", type=int, default=1, help="windows per chunk (per step)")
+    parser.add_argument("--momentum", default=None,
+                        help="momenta (SGD's momentum, Adam's beta1), comma-separated; each is "
+                             "tried with every --lr (default: torch's, 0 for SGD, 0.9 for Adam)")
+    parser.add_argument("--seeds", nargs="+", type=int,
+                        help="--model modern: the seeds whose models are scored, at the book's "
+                             "settings (--lr, --optimizer and --windows are not used)")
     parser.add_argument("--write", action="store_true", help="write the record to --out")
     parser.add_argument("--out", default=None,
                         help="default benchmarks/results/dynamic_eval_<model>.json")
     args = parser.parse_args()
+    if args.seeds:
+        if args.model != "modern":
+            parser.error("--seeds goes with --model modern")
+        record = {"command": "python " + " ".join(sys.argv),
+                  "machine": f"{cpu_description()}, torch {torch.__version__}",
+                  "load_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+                  **seed_spread(args.seeds),
+                  "load_at_end": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+        text = json.dumps(record, indent=1) + "\n"
+        out = Path(args.out or "benchmarks/results/dynamic_eval_modern_seeds.json")
+        if args.write:
+            write_atomically(text.encode("utf-8"), out)
+            print(f"wrote {out}")
+        else:
+            print(text)
+        return
     _, train_ids, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
     with one_thread():
         if args.model in ("selection", "book-selection"):
@@ -133,8 +187,7 @@ def main() -> None:
         static = score(model, val_ids, block)
         record: dict = {
             "command": "python " + " ".join(sys.argv),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch "
-                       f"{torch.__version__}, one thread",
+            "machine": f"{cpu_description()}, torch {torch.__version__}, one thread",
             "load_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
             "model": args.model, **about, "static_loss": static,
             "static_s": time.perf_counter() - start,
@@ -146,15 +199,21 @@ def main() -> None:
                     "dynamic loss is an optimistic pick",
             "dynamic": []}
         print(f"{args.model}: static {static:.4f} nats/char", flush=True)
-        for lr in (float(v) for v in args.lr.split(",")):
-            start = time.perf_counter()
-            got = dynamic_score(model, val_ids, block, lr, args.optimizer, args.windows)
-            record["dynamic"].append({"lr": lr, "optimizer": args.optimizer,
-                                      "windows_per_chunk": args.windows, "loss": got.loss,
-                                      "gain": static - got.loss,
-                                      "seconds": time.perf_counter() - start})
-            print(f"  {args.optimizer} lr {lr:g}: dynamic {got.loss:.4f} nats/char "
-                  f"({record['dynamic'][-1]['seconds']:.0f} s)", flush=True)
+        momenta = ([None] if args.momentum is None
+                   else [float(v) for v in args.momentum.split(",")])
+        for momentum in momenta:
+            for lr in (float(v) for v in args.lr.split(",")):
+                start = time.perf_counter()
+                got = dynamic_score(model, val_ids, block, lr, args.optimizer, args.windows,
+                                    momentum)
+                record["dynamic"].append({"lr": lr, "optimizer": args.optimizer,
+                                          "momentum": got.momentum,
+                                          "windows_per_chunk": args.windows, "loss": got.loss,
+                                          "gain": static - got.loss,
+                                          "seconds": time.perf_counter() - start})
+                print(f"  {args.optimizer} lr {lr:g} momentum {got.momentum:g}: dynamic "
+                      f"{got.loss:.4f} nats/char ({record['dynamic'][-1]['seconds']:.0f} s)",
+                      flush=True)
     # PPMd on the validation text alone: the committed record of benchmarks/compression.py
     rows = json.loads(COMPRESSION.read_text(encoding="utf-8"))["rows"]
     ppmd = next(row for row in rows if row["key"] == "ppmd8_alone")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tinygpt import chat, data
-from tinygpt.book import chat_model, trained_model
+from tinygpt.book import chat_model
 from tinygpt.shakespeare import IambicNotFoundError, plays, shakespeare
 
 
@@ -36,7 +36,7 @@ def test_no_play_is_in_both_and_the_held_out_ones_are_validation_text(split):
 
 def test_every_conversation_and_reply_fits_the_context(split):
     train, held_out = split
-    T = trained_model.BOOK_RECIPE.model.block_size
+    T = chat_model.BASE_RECIPE.model.block_size
     longest_prompt = max(len(chat.prompt(c.speaker, c.speech, c.replier))
                          for c in train + held_out)
     assert max(len(chat.render(c)) for c in train + held_out) <= T + 1

@@ -109,13 +109,21 @@ def test_with_lr_zero_dynamic_evaluation_is_the_static_score(n, block, per_chunk
     assert dynamic.predictions == n - 1
 
 
-def test_it_equals_a_plain_loop_and_leaves_the_callers_model_alone():
+@pytest.mark.parametrize("optimizer, momentum, reference", [
+    ("sgd", None, lambda p: torch.optim.SGD(p, lr=0.05)),
+    ("sgd", 0.9, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
+    ("adam", None, lambda p: torch.optim.Adam(p, lr=0.05)),
+    ("adam", 0.0, lambda p: torch.optim.Adam(p, lr=0.05, betas=(0.0, 0.999))),
+])
+def test_it_equals_a_plain_loop_and_leaves_the_callers_model_alone(optimizer, momentum,
+                                                                    reference):
     model = small_gpt()
     before = copy.deepcopy(model.state_dict())
     ids = torch.randint(11, (100,), generator=torch.Generator().manual_seed(0))
-    got = dynamic_score(model, ids, 8, 0.05, "sgd")
+    got = dynamic_score(model, ids, 8, 0.05, optimizer, momentum=momentum)
+    assert got.momentum == (0.9 if optimizer == "adam" and momentum is None else momentum or 0)
     learner, total = copy.deepcopy(model).eval(), 0.0
-    optimizer = torch.optim.SGD(learner.parameters(), lr=0.05)
+    optimizer = reference(learner.parameters())
     for start in range(0, 99, 8):  # windows of 8 predictions, the last one shorter
         x, y = ids[start : min(start + 8, 99)][None], ids[start + 1 : min(start + 9, 100)][None]
         with torch.no_grad():
@@ -142,6 +150,7 @@ def test_on_text_that_repeats_learning_as_it_reads_lowers_the_loss():
     (dict(lr=-1.0), "lr"), (dict(optimizer="rmsprop"), "optimizer"),
     (dict(block_size=9), "exceeds the model's context length 8"),
     (dict(windows_per_chunk=0), "windows_per_chunk"),
+    (dict(momentum=1.0), "momentum"), (dict(momentum=-0.1), "momentum"),
     (dict(ids=torch.tensor([3])), "at least 2 tokens"),
     (dict(ids=torch.tensor([3, 11])), "unknown token id 11"),
 ])
@@ -176,8 +185,8 @@ def test_the_books_dynamic_evaluation_scores_both_models_and_is_cached(ladder_co
     val = torch.tensor(ladder_corpus.val)
     for row, recipe in zip(first["rows"], calls):
         model = models[recipe.model.n_layer]
-        expected = dynamic_score(model, val, recipe.model.block_size, evaluations.DYNAMIC_LR,
-                                 evaluations.DYNAMIC_OPTIMIZER)
+        expected = dynamic_score(model, val, recipe.model.block_size,
+                                 **evaluations.DYNAMIC[row["rung"]])
         assert row["dynamic"] == pytest.approx(expected.loss, rel=1e-6)
         assert row["static"] == 2.0 and len(row["tenths"]) <= 10
     assert evaluations.dynamic_evaluation() == first and len(calls) == 2  # read from the cache

@@ -59,9 +59,10 @@ def test_dynamic_evaluation_encodes_the_corpus_once_and_scores_each_rung_on_it(m
     def book_model(recipe=trained_model.BOOK_RECIPE, *, progress=True):
         return types.SimpleNamespace(model=recipe.model.n_layer, val_loss=2.0)
 
-    def dynamic_score(model, ids, block_size, lr, optimizer, windows):
-        scored.append((model, ids, lr, optimizer, windows))
-        return DynamicScore(1.5, [1.0] * 20, 49, lr, optimizer, block_size, windows)
+    def dynamic_score(model, ids, block_size, lr, optimizer, windows_per_chunk, momentum):
+        scored.append((model, ids, lr, optimizer, windows_per_chunk, momentum))
+        return DynamicScore(1.5, [1.0] * 20, 49, lr, optimizer, block_size, windows_per_chunk,
+                            momentum)
 
     monkeypatch.setattr(trained_model, "book_data", book_data)
     monkeypatch.setattr(trained_model, "book_model", book_model)
@@ -71,8 +72,10 @@ def test_dynamic_evaluation_encodes_the_corpus_once_and_scores_each_rung_on_it(m
     assert trained_model.MODERN_RECIPE.corpus == trained_model.BOOK_RECIPE.corpus
     assert [s[0] for s in scored] == [trained_model.BOOK_RECIPE.model.n_layer,
                                       trained_model.MODERN_RECIPE.model.n_layer]
-    assert all(s[1] is val_ids and s[2:] == (evaluations.DYNAMIC_LR,
-                                              evaluations.DYNAMIC_OPTIMIZER,
-                                              evaluations.DYNAMIC_WINDOWS) for s in scored)
+    assert all(s[1] is val_ids for s in scored)
+    assert [s[2:] for s in scored] == [
+        (evaluations.DYNAMIC_LR[rung], evaluations.DYNAMIC_OPTIMIZER,
+         evaluations.DYNAMIC_WINDOWS, evaluations.DYNAMIC_MOMENTUM)
+        for rung in evaluations.DYNAMIC_RUNGS]
     assert [row["rung"] for row in result["rows"]] == list(evaluations.DYNAMIC_RUNGS)
     assert all(row["static"] == 2.0 and row["dynamic"] == 1.5 for row in result["rows"])

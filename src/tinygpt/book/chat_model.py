@@ -1,12 +1,13 @@
-"""The book's chat model: the book's model fine-tuned on conversations from the plays, and
+"""The book's chat model: the modern book model fine-tuned on conversations from the plays, and
 measured against the model it started from; computed once and cached.
 
 Chapter 15 shows both.
 
-``chat_model()`` widens the book's model (``tinygpt.book.trained_model.book_model``) by the
-chat template's three tokens and fine-tunes it (``tinygpt.chat.fine_tune``) by ``CHAT_RECIPE``
-on the conversations of the plays wholly in the book's training text; the held-out
-conversations come from the plays wholly in its validation text (``tinygpt.chat.split_titles``).
+``chat_model()`` widens the book's best base model, chapter 12's modern one (``BASE_RECIPE``,
+``tinygpt.book.trained_model.book_model``), by the chat template's three tokens and fine-tunes
+it (``tinygpt.chat.fine_tune``) by ``CHAT_RECIPE`` on the conversations of the plays wholly in
+the book's training text; the held-out conversations come from the plays wholly in its
+validation text (``tinygpt.chat.split_titles``).
 It is cached as a checkpoint (the folder ``chat-model-<key>`` of the results cache, keyed by
 the recipe and the source of the code, as the book's model is), with its training history and
 its seconds (one torch thread); a second process that asks for it meanwhile waits for the first
@@ -63,6 +64,9 @@ class ChatRecipe:
             check_int(getattr(self, name), f"recipe.{name}")
 
 
+# The base the chat model is fine-tuned from: the book's best model, chapter 12's modern one.
+BASE_RECIPE = trained_model.MODERN_RECIPE
+
 CHAT_RECIPE = ChatRecipe(train=TrainConfig(batch_size=32, max_iters=600, learning_rate=1e-3,
                                            min_lr=1e-4, warmup_iters=30, weight_decay=0.0,
                                            seed=0))
@@ -100,17 +104,18 @@ def conversations() -> tuple[list[chat.Conversation], list[chat.Conversation]]:
 
 
 def base_model() -> tuple[GPT, CharTokenizer]:
-    """The book's model widened by the template's tokens (``tinygpt.chat.add_tokens``), not
-    trained on them, and the tokenizer with the template: the model before fine-tuning."""
-    book = trained_model.book_model(progress=False)
+    """The base model (``BASE_RECIPE``) widened by the template's tokens
+    (``tinygpt.chat.add_tokens``), not trained on them, and the tokenizer with the template: the
+    model before fine-tuning."""
+    book = trained_model.book_model(BASE_RECIPE, progress=False)
     return chat.add_tokens(book.model, len(chat.SPECIAL_TOKENS)).eval(), \
         chat.chat_tokenizer(book.tokenizer)
 
 
 def recipe_json(recipe: Any) -> dict[str, Any]:
-    """``recipe`` and the book model's recipe, as JSON-able dicts (a cache key's recipe)."""
+    """``recipe`` and the base model's recipe, as JSON-able dicts (a cache key's recipe)."""
     return {"recipe": dataclasses.asdict(recipe),
-            "book_model": dataclasses.asdict(trained_model.BOOK_RECIPE)}
+            "base_model": dataclasses.asdict(BASE_RECIPE)}
 
 
 def chat_model(recipe: ChatRecipe = CHAT_RECIPE) -> ChatModel:

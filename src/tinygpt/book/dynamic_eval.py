@@ -15,11 +15,13 @@ would be reading the answers first.
 ``dynamic_score(model, ids, block_size, lr)`` reads ``ids`` in the windows
 ``tinygpt.book.scoring.score`` reads (consecutive windows of ``block_size``; ``windows``
 windows a chunk) and returns the mean loss, in nats per token, over the same predictions: with
-``lr = 0`` it is ``score``'s loss. The update is the plain one: SGD (or Adam) at a fixed ``lr``
-on the chunk's mean loss, in eval mode (no dropout). Krause et al.'s refinements -- an update
-scaled by the gradients' RMS over the training set, and a decay of the weights back towards the
-trained ones -- are left out. The model is copied first: the caller's model (the book's cached
-one, say) is not changed. ``read_and_learn`` is the loop itself, for any chunks and optimizer.
+``lr = 0`` it is ``score``'s loss. The update is a plain one: SGD or Adam at a fixed ``lr`` on
+the chunk's mean loss, in eval mode (no dropout), with a ``momentum`` of choice (Adam's beta1).
+Adam without momentum scales each chunk's own gradient by the running RMS of the gradients,
+close to Krause et al.'s update scaled by the gradients' RMS (theirs is measured over the
+training set); their decay of the weights back towards the trained ones is left out. The model
+is copied first: the caller's model (the book's cached one, say) is not changed.
+``read_and_learn`` is the loop itself, for any chunks and optimizer.
 """
 
 from __future__ import annotations
@@ -92,19 +94,26 @@ class DynamicScore:
     optimizer: str
     block_size: int
     windows: int
+    momentum: float
 
 
 def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
-                  optimizer: str = "sgd", windows_per_chunk: int = 1) -> DynamicScore:
+                  optimizer: str = "sgd", windows_per_chunk: int = 1,
+                  momentum: float | None = None) -> DynamicScore:
     """Dynamic evaluation of ``model`` on ``ids`` (1-D, at least 2): each chunk of
     ``windows_per_chunk`` windows of ``block_size`` scored, then one step of ``optimizer``
     (``sgd`` or ``adam``) at ``lr`` on it; on a copy of ``model`` (the model is not changed).
-    ``block_size`` may not exceed a GPT's context; the chunks go to the model's device."""
+    ``momentum`` is SGD's momentum or Adam's beta1 (``None``: torch's default, 0 for SGD and
+    0.9 for Adam). ``block_size`` may not exceed a GPT's context; the chunks go to the model's
+    device."""
     check_instance(model, nn.Module, "model")
     check_int(block_size, "block_size")
     check_float(lr, "lr", 0)
     check_choice(optimizer, "optimizer", OPTIMIZERS)
     check_int(windows_per_chunk, "windows_per_chunk")
+    if momentum is None:
+        momentum = 0.0 if optimizer == "sgd" else 0.9
+    check_float(momentum, "momentum", 0, 1, high_open=True)
     config = getattr(model, "config", None)
     limit = getattr(config, "block_size", None)
     if limit is not None and block_size > limit:
@@ -117,9 +126,11 @@ def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
     ids = torch.as_tensor(ids, dtype=torch.long).to(device)  # (N,)
     chunks = windows(ids, block_size, windows_per_chunk)
     params = [p for p in learner.parameters() if p.requires_grad]
-    step: torch.optim.Optimizer = (torch.optim.SGD(params, lr=lr) if optimizer == "sgd"
-                                   else torch.optim.Adam(params, lr=lr))
+    step: torch.optim.Optimizer = (
+        torch.optim.SGD(params, lr=lr, momentum=momentum) if optimizer == "sgd"
+        else torch.optim.Adam(params, lr=lr, betas=(momentum, 0.999)))
     scored = read_and_learn(learner, chunks, step)
     sizes = [y.numel() for _, y in chunks]
     return DynamicScore(sum(scored) / sum(sizes), [s / n for s, n in zip(scored, sizes)],
-                        sum(sizes), float(lr), optimizer, block_size, windows_per_chunk)
+                        sum(sizes), float(lr), optimizer, block_size, windows_per_chunk,
+                        float(momentum))
