@@ -207,8 +207,8 @@ def has_chat_template(tokenizer: object) -> TypeGuard[CharTokenizer]:
 def add_tokens(model: GPT, count: int) -> GPT:
     """A copy of ``model`` whose vocabulary has ``count`` more tokens, with the last ids.
 
-    The old rows of the token embedding (and of the output head, which is the same matrix when
-    tied) are copied; each new row is the *mean of the old rows*. With a tied head the new
+    The old rows of the token embedding and of the output head (one matrix when tied) are
+    copied; each new row, in both, is the *mean of the old rows*. The head is linear, so the new
     token's logit is then the mean of the old tokens' logits, and since the mean of numbers is
     below their log-sum-exp by at least ln V, the new token starts with probability at most
     1/V: the model's predictions over the old tokens barely move, and the new token's embedding
