@@ -130,6 +130,16 @@ def seed_spread(seeds: list[int]) -> dict:
     return {"settings": evaluations.DYNAMIC["modern_model"], "rows": rows, **summary}
 
 
+def save(record: dict, out: str, write: bool) -> None:
+    """``record`` as JSON: written atomically to ``out`` if ``write``, else printed."""
+    text = json.dumps(record, indent=1) + "\n"
+    if write:
+        write_atomically(text.encode("utf-8"), Path(out))
+        print(f"wrote {out}")
+    else:
+        print(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model",
@@ -158,13 +168,7 @@ def main() -> None:
                   "load_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
                   **seed_spread(args.seeds),
                   "load_at_end": " ".join(f"{x:.2f}" for x in os.getloadavg())}
-        text = json.dumps(record, indent=1) + "\n"
-        out = Path(args.out or "benchmarks/results/dynamic_eval_modern_seeds.json")
-        if args.write:
-            write_atomically(text.encode("utf-8"), out)
-            print(f"wrote {out}")
-        else:
-            print(text)
+        save(record, args.out or "benchmarks/results/dynamic_eval_modern_seeds.json", args.write)
         return
     _, train_ids, val_ids = trained_model.book_data(trained_model.BOOK_RECIPE.corpus)
     with one_thread():
@@ -219,13 +223,7 @@ def main() -> None:
     ppmd = next(row for row in rows if row["key"] == "ppmd8_alone")
     record["ppmd8_val_alone_nats_per_char"] = ppmd["nats_per_char"]
     print(f"PPMd order 8 on the validation text alone: {ppmd['nats_per_char']:.4f} nats/char")
-    text = json.dumps(record, indent=1) + "\n"
-    if args.write:
-        out = Path(args.out or f"benchmarks/results/dynamic_eval_{args.model}.json")
-        write_atomically(text.encode("utf-8"), out)
-        print(f"wrote {out}")
-    else:
-        print(text)
+    save(record, args.out or f"benchmarks/results/dynamic_eval_{args.model}.json", args.write)
 
 
 if __name__ == "__main__":
