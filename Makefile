@@ -139,19 +139,21 @@ test: setup
 	@# (pytest-xdist's -n auto) shares the machine without oversubscribing it.
 	@$(call timed,unit tests: pytest -n auto tests/,$(BIN)/python -m pytest -n auto tests/ --ignore=tests/browser)
 	@$(call timed,models: python -m tinygpt.book.models,$(MAKE) models)
-	@# nbval cannot switch its cell timeout off: a day stands for none (the models are made above)
-	@$(call timed,chapters: pytest --nbval-lax chapters/,$(BIN)/python -m pytest --nbval-lax --nbval-cell-timeout=86400 chapters/)
+	@# nbval cannot switch its cell timeout off: a day stands for none (the models are made above).
+	@# One worker per core, each running whole notebooks (--dist loadfile: a notebook's cells in
+	@# order, in one kernel); the chapters' checks hold on a busy machine, as they must anyway.
+	@$(call timed,chapters: pytest -n auto --dist loadfile --nbval-lax chapters/,$(BIN)/python -m pytest -n auto --dist loadfile --nbval-lax --nbval-cell-timeout=86400 chapters/)
 	@# The chapters ran just above, each cell's output checked where it is marked: the book is
 	@# built from those committed outputs rather than running all fifteen chapters a second time.
 	@$(call timed,book: jupyter-book build (BOOK_EXECUTE=off: the outputs nbval checked),$(MAKE) book BOOK_EXECUTE=off)
-	@$(call timed,browser: pytest tests/browser,$(MAKE) test-browser)
+	@$(call timed,browser: pytest -n auto --dist loadfile tests/browser,$(MAKE) test-browser)
 
 # The built book, page by page, in headless Chromium (/usr/bin/chromium, driven by Playwright),
 # and chapter 1 run in JupyterLab. Builds the book first if there is none. Without Chromium the
 # tests are skipped, or fail under CI.
 test-browser: setup
 	@[[ -f _build/html/index.html ]] || $(MAKE) book
-	$(BIN)/python -m pytest tests/browser
+	$(BIN)/python -m pytest -n auto --dist loadfile tests/browser
 
 # JupyterLab with jupyterlab-myst (the `book` extra), so that the chapters' MyST renders.
 lab: setup

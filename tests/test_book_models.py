@@ -52,36 +52,47 @@ def test_make_book_makes_the_models_first_and_no_cell_times_out():
     assert config["execute"]["timeout"] == -1  # nbclient: no timeout
 
 
-def record_process(folder: Path, name: str) -> None:  # made in a spawned process
+def record_process(folder: Path, lane: tuple[str, ...]) -> None:  # made in a spawned process
     import os
 
-    if name == "fails":
-        raise RuntimeError("this step failed")
-    (folder / name).write_text(str(os.getpid()), encoding="utf-8")
+    for name in lane:
+        if name == "fails":
+            raise RuntimeError("this step failed")
+        (folder / name).write_text(str(os.getpid()), encoding="utf-8")
 
 
-def test_side_by_side_steps_run_in_processes_of_their_own(tmp_path, capsys):
+def test_side_by_side_lanes_run_in_processes_of_their_own(tmp_path):
     import functools
     import os
 
-    models.side_by_side(["x", "y"], make=functools.partial(record_process, tmp_path))
-    pids = {(tmp_path / n).read_text(encoding="utf-8") for n in ("x", "y")}
-    assert str(os.getpid()) not in pids and len(pids) == 2
-    out = capsys.readouterr().out
-    assert "== x: " in out and "== y: " in out
+    models.side_by_side([["x", "y"], ["z"]], make=functools.partial(record_process, tmp_path))
+    pids = {n: (tmp_path / n).read_text(encoding="utf-8") for n in ("x", "y", "z")}
+    assert str(os.getpid()) not in pids.values()
+    assert pids["x"] == pids["y"] != pids["z"]  # a lane's steps in one process, lanes apart
     with pytest.raises(RuntimeError, match="this step failed"):
-        models.side_by_side(["x", "fails"], make=functools.partial(record_process, tmp_path))
+        models.side_by_side([["x"], ["fails"]], make=functools.partial(record_process, tmp_path))
+
+
+def test_the_lanes_are_the_last_steps_each_in_the_steps_order():
+    names = [name for name, _ in models.steps()]
+    in_lanes = [name for lane in models.LANES for name in lane]
+    assert len(set(in_lanes)) == len(in_lanes) and len(models.LANES) == 2
+    assert set(names[-len(in_lanes):]) == set(in_lanes)  # everything they load is made before
+    for lane in models.LANES:
+        assert [n for n in names if n in lane] == list(lane)
 
 
 @pytest.mark.parametrize("free, together", [(2, True), (1, False)])
-def test_the_one_thread_steps_run_together_only_on_free_cores(monkeypatch, capsys, free,
-                                                              together):
-    made: list[str] = []
-    names = ["a", *models.SIDE_BY_SIDE, "z"]
+def test_the_lanes_run_together_only_on_free_cores(monkeypatch, capsys, free, together):
+    made: list[object] = []
+    lanes = (("b", "c"), ("d",))
+    names = ["a", "b", "d", "c"]
+    monkeypatch.setattr(models, "LANES", lanes)
     monkeypatch.setattr(models, "steps", lambda: [(n, lambda n=n: made.append(n)) for n in names])
     monkeypatch.setattr(models, "threads_free", lambda *args: free)
-    monkeypatch.setattr(models, "side_by_side", lambda group: made.append(tuple(group)))
+    monkeypatch.setattr(models, "side_by_side",
+                        lambda group: made.append(tuple(tuple(lane) for lane in group)))
     assert models.main() == 0
-    assert made == (["a", tuple(models.SIDE_BY_SIDE), "z"] if together else names)
+    assert made == (["a", lanes] if together else names)
     out = capsys.readouterr().out
-    assert all(f"== {name}" in out for name in names)
+    assert all(f"== {name}: " in out for name in (["a"] if together else names))
