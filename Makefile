@@ -4,9 +4,9 @@
 #                when it or the package changed) and build the HTML book in _build/html
 #   make models  train (or resume, or load) the models and results the chapters cache, each with
 #                a progress bar and outside any notebook cell (python -m tinygpt.book.models)
-#   make test    set up, then lint (ruff), type-check the package (mypy), run the unit tests,
-#                the chapters (nbval), the book build (from the outputs nbval checked) and the
-#                browser tests
+#   make test    set up, then lint (ruff), type-check the package (mypy), make the models, run
+#                the unit tests, the chapters (nbval), the book build (from the outputs nbval
+#                checked) and the browser tests
 #   make test-browser  test the built book in Chromium, and a chapter in JupyterLab
 #   make lab     open the chapters in JupyterLab (MyST rendered by jupyterlab-myst)
 #   make format  format the chapters' code to 88 columns and refresh their glued numbers
@@ -63,8 +63,8 @@ help:
 	@echo "  make book       set up, make the models, execute the chapters that changed, build the book"
 	@echo "                  into _build/html"
 	@echo "  make models     train (or resume, or load) the book's cached models and results"
-	@echo "  make test       set up, lint with ruff, type-check with mypy, run tests/, run the chapters"
-	@echo "                  with nbval, build the book, then run the browser tests"
+	@echo "  make test       set up, lint with ruff, type-check with mypy, make the models, run tests/,"
+	@echo "                  run the chapters with nbval, build the book, then run the browser tests"
 	@echo "  make test-browser  check the built book in Chromium and a chapter in JupyterLab"
 	@echo "  make lab        open the chapters in JupyterLab"
 	@echo "  make format     format the chapters' code cells and refresh their glued numbers"
@@ -135,10 +135,12 @@ timed = echo "=== $(1)"; t0=$$(date +%s); $(2); echo "=== $(1): done in $$(( $$(
 test: setup
 	@$(call timed,lint: ruff check . and ruff format --check chapters/,$(BIN)/ruff check . && $(BIN)/ruff format --check chapters/)
 	@$(call timed,types: mypy (the package; settings in pyproject.toml),$(BIN)/mypy)
+	@# The models first: a few unit tests load the book's models (and would otherwise train them
+	@# on one thread, inside a test worker), and the chapters load them all.
+	@$(call timed,models: python -m tinygpt.book.models,$(MAKE) models)
 	@# The unit tests run on one torch thread each (tests/conftest.py), so one worker per core
 	@# (pytest-xdist's -n auto) shares the machine without oversubscribing it.
 	@$(call timed,unit tests: pytest -n auto tests/,$(BIN)/python -m pytest -n auto tests/ --ignore=tests/browser)
-	@$(call timed,models: python -m tinygpt.book.models,$(MAKE) models)
 	@# nbval cannot switch its cell timeout off: a day stands for none (the models are made above).
 	@# One worker per core, each running whole notebooks (--dist loadfile: a notebook's cells in
 	@# order, in one kernel); the chapters' checks hold on a busy machine, as they must anyway.

@@ -74,8 +74,8 @@ def make_lane(names: Sequence[str]) -> None:
 def side_by_side(lanes: Sequence[Sequence[str]],
                  make: Callable[[Sequence[str]], object] = make_lane) -> None:
     """``make(lane)`` for each of ``lanes`` at the same time, one fresh process each (spawned:
-    torch's thread pools do not survive a fork). The first error raised ends the run, as it
-    would one step after another."""
+    torch's thread pools do not survive a fork). A lane's error is raised here once the other
+    lane has ended, so that what the other lane made is kept (cached) and the run still fails."""
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(len(lanes), mp_context=context) as pool:
         for done in as_completed([pool.submit(make, tuple(lane)) for lane in lanes]):
