@@ -2,7 +2,8 @@
 
 For a model, its static loss (``tinygpt.book.scoring.score``) and its dynamic loss
 (``tinygpt.book.dynamic_eval.dynamic_score``: each window of ``block_size`` characters scored,
-then one optimizer step on it) at each learning rate asked for, beside PPMd order 8 on the
+then one optimizer step on it; or each window in ``--parts`` pieces, a step after each) at each
+learning rate asked for, beside PPMd order 8 on the
 validation text alone (from ``benchmarks/results/compression.json``, the record of
 ``benchmarks/compression.py``), the compressor's own learning as it reads.
 
@@ -30,6 +31,7 @@ Usage (a quiet machine): nice -n 10 python benchmarks/dynamic_eval.py --model bo
        python benchmarks/dynamic_eval.py --model small --steps 600 --lr 1e-4,3e-4,1e-3
        python benchmarks/dynamic_eval.py --model book-selection --lr 1e-4,2e-4,3e-4,1e-3,3e-3
        python benchmarks/dynamic_eval.py --model selection --row ROWS.jsonl:TAG:SEED --write
+       python benchmarks/dynamic_eval.py --model book-selection --lr 1e-4 --momentum 0 --parts 1,2,3
        python benchmarks/dynamic_eval.py --model modern --seeds 1337 1338 1339 --write
 """
 
@@ -150,6 +152,9 @@ def main() -> None:
     parser.add_argument("--lr", default="1e-4,3e-4,1e-3", help="learning rates, comma-separated")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default="adam")
     parser.add_argument("--windows", type=int, default=1, help="windows per chunk (per step)")
+    parser.add_argument("--parts", default="1",
+                        help="pieces each chunk is read in, a step after each, comma-separated; "
+                             "each is tried with every --momentum and --lr")
     parser.add_argument("--momentum", default=None,
                         help="momenta (SGD's momentum, Adam's beta1), comma-separated; each is "
                              "tried with every --lr (default: torch's, 0 for SGD, 0.9 for Adam)")
@@ -205,19 +210,20 @@ def main() -> None:
         print(f"{args.model}: static {static:.4f} nats/char", flush=True)
         momenta = ([None] if args.momentum is None
                    else [float(v) for v in args.momentum.split(",")])
-        for momentum in momenta:
-            for lr in (float(v) for v in args.lr.split(",")):
-                start = time.perf_counter()
-                got = dynamic_score(model, val_ids, block, lr, args.optimizer, args.windows,
-                                    momentum)
-                record["dynamic"].append({"lr": lr, "optimizer": args.optimizer,
-                                          "momentum": got.momentum,
-                                          "windows_per_chunk": args.windows, "loss": got.loss,
-                                          "gain": static - got.loss,
-                                          "seconds": time.perf_counter() - start})
-                print(f"  {args.optimizer} lr {lr:g} momentum {got.momentum:g}: dynamic "
-                      f"{got.loss:.4f} nats/char ({record['dynamic'][-1]['seconds']:.0f} s)",
-                      flush=True)
+        settings = [(parts, momentum, float(lr)) for parts in map(int, args.parts.split(","))
+                    for momentum in momenta for lr in args.lr.split(",")]
+        for parts, momentum, lr in settings:
+            start = time.perf_counter()
+            got = dynamic_score(model, val_ids, block, lr, args.optimizer, args.windows,
+                                momentum, parts)
+            record["dynamic"].append({"lr": lr, "optimizer": args.optimizer,
+                                      "momentum": got.momentum,
+                                      "windows_per_chunk": args.windows, "parts": parts,
+                                      "loss": got.loss, "gain": static - got.loss,
+                                      "seconds": time.perf_counter() - start})
+            print(f"  {args.optimizer} lr {lr:g} momentum {got.momentum:g}, {parts} part(s) a "
+                  f"chunk: dynamic {got.loss:.4f} nats/char "
+                  f"({record['dynamic'][-1]['seconds']:.0f} s)", flush=True)
     # PPMd on the validation text alone: the committed record of benchmarks/compression.py
     rows = json.loads(COMPRESSION.read_text(encoding="utf-8"))["rows"]
     ppmd = next(row for row in rows if row["key"] == "ppmd8_alone")

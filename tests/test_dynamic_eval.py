@@ -72,6 +72,40 @@ def test_no_chunk_is_scored_after_the_model_has_trained_on_it():
         assert scored[k] == pytest.approx(expected.item(), rel=1e-5)
 
 
+def test_read_in_parts_no_piece_is_scored_after_the_model_has_trained_on_it():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(2)
+    pieces = windows(torch.randint(6, (4 * 5 + 1,), generator=g), 5, 1, parts=2)
+    assert [tuple(y.shape) for _, y in pieces] == [(1, 2), (1, 3)] * 4  # 5 = round(2.5) + 3
+    spy, lr = Spy(6), 0.7
+    start = spy.table.weight.detach().clone()
+    scored = read_and_learn(spy, pieces, torch.optim.SGD(spy.parameters(), lr=lr))
+    check_scored_before_learned(spy, start, pieces, lr)
+    for k, ((x, weights), (_, y)) in enumerate(zip(spy.reads, pieces)):  # its last positions
+        expected = F.cross_entropy(F.embedding(x[:, -y.shape[1]:], weights).flatten(0, 1),
+                                   y.flatten(), reduction="sum")
+        assert scored[k] == pytest.approx(expected.item(), rel=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 60), block=st.integers(1, 8), per_chunk=st.integers(1, 3),
+       parts=st.integers(1, 5))
+def test_the_pieces_of_a_chunk_are_its_predictions_once_each_with_the_same_context(
+        n, block, per_chunk, parts):
+    ids = torch.arange(n) * 7 % 13
+    whole = windows(ids, block, per_chunk)
+    pieces = iter(windows(ids, block, per_chunk, parts))
+    for x, y in whole:
+        read = 0
+        while read < y.shape[1]:
+            px, py = next(pieces)
+            end = read + py.shape[1]
+            assert py.shape[1] >= 1 and torch.equal(py, y[:, read:end])
+            assert torch.equal(px, x[:, :end])  # the window's inputs up to its last prediction
+            read = end
+    assert next(pieces, None) is None
+
+
 def test_the_check_catches_a_loop_that_trains_before_it_scores():
     torch.manual_seed(0)
     spy, chunks, lr = Spy(6), chunks_of(1, 6, 4), 0.7
@@ -99,14 +133,15 @@ def small_gpt(V: int = 11, T: int = 8) -> GPT:
 
 @settings(max_examples=15, deadline=None)
 @given(n=st.integers(2, 60), block=st.integers(1, 8), per_chunk=st.integers(1, 4),
-       optimizer=st.sampled_from(["sgd", "adam"]), seed=st.integers(0, 100))
+       optimizer=st.sampled_from(["sgd", "adam"]), seed=st.integers(0, 100),
+       parts=st.integers(1, 4))
 def test_with_lr_zero_dynamic_evaluation_is_the_static_score(n, block, per_chunk, optimizer,
-                                                             seed):
+                                                             seed, parts):
     model = small_gpt()
     ids = torch.randint(11, (n,), generator=torch.Generator().manual_seed(seed))
-    dynamic = dynamic_score(model, ids, block, 0.0, optimizer, per_chunk)
+    dynamic = dynamic_score(model, ids, block, 0.0, optimizer, per_chunk, parts=parts)
     assert dynamic.loss == pytest.approx(score(model, ids, block), rel=1e-5)
-    assert dynamic.predictions == n - 1
+    assert dynamic.predictions == n - 1 and dynamic.parts == parts
 
 
 @pytest.mark.parametrize("optimizer, momentum, reference", [
@@ -137,6 +172,30 @@ def test_it_equals_a_plain_loop_and_leaves_the_callers_model_alone(optimizer, mo
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+def test_in_two_parts_it_equals_a_loop_that_steps_after_each_half_window():
+    model = small_gpt()
+    ids = torch.randint(11, (100,), generator=torch.Generator().manual_seed(1))
+    got = dynamic_score(model, ids, 8, 0.05, "adam", momentum=0.0, parts=2)
+    learner, total = copy.deepcopy(model).eval(), 0.0
+    optimizer = torch.optim.Adam(learner.parameters(), lr=0.05, betas=(0.0, 0.999))
+    for start in range(0, 99, 8):  # windows of 8 predictions, the last one (3) shorter
+        size = min(8, 99 - start)
+        x, y = ids[start : start + size][None], ids[start + 1 : start + size + 1][None]
+        half = round(size / 2)
+        for first, end in ((0, half), (half, size)):  # each half: score, then step
+            logits = logits_of(learner, x[:, :end])[:, first:end]
+            loss = F.cross_entropy(logits.flatten(0, 1), y[:, first:end].flatten(),
+                                   reduction="sum")
+            total += loss.item()
+            optimizer.zero_grad()
+            (loss / (end - first)).backward()
+            optimizer.step()
+    assert got.loss == pytest.approx(total / 99, rel=1e-5)
+    assert len(got.chunk_losses) == 26
+    one_part = dynamic_score(model, ids, 8, 0.05, "adam", momentum=0.0)
+    assert abs(got.loss - one_part.loss) > 1e-4  # the steps in between change the score
+
+
 def test_on_text_that_repeats_learning_as_it_reads_lowers_the_loss():
     model = small_gpt()
     ids = torch.arange(11).repeat(30)  # the same 11 tokens again and again
@@ -149,7 +208,7 @@ def test_on_text_that_repeats_learning_as_it_reads_lowers_the_loss():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(lr=-1.0), "lr"), (dict(optimizer="rmsprop"), "optimizer"),
     (dict(block_size=9), "exceeds the model's context length 8"),
-    (dict(windows_per_chunk=0), "windows_per_chunk"),
+    (dict(windows_per_chunk=0), "windows_per_chunk"), (dict(parts=0), "parts"),
     (dict(momentum=1.0), "momentum"), (dict(momentum=-0.1), "momentum"),
     (dict(ids=torch.tensor([3])), "at least 2 tokens"),
     (dict(ids=torch.tensor([3, 11])), "unknown token id 11"),

@@ -59,10 +59,11 @@ def test_dynamic_evaluation_encodes_the_corpus_once_and_scores_each_rung_on_it(m
     def book_model(recipe=trained_model.BOOK_RECIPE, *, progress=True):
         return types.SimpleNamespace(model=recipe.model.n_layer, val_loss=2.0)
 
-    def dynamic_score(model, ids, block_size, lr, optimizer, windows_per_chunk, momentum):
-        scored.append((model, ids, lr, optimizer, windows_per_chunk, momentum))
+    def dynamic_score(model, ids, block_size, lr, optimizer, windows_per_chunk, momentum,
+                      parts):
+        scored.append((model, ids, lr, optimizer, windows_per_chunk, momentum, parts))
         return DynamicScore(1.5, [1.0] * 20, 49, lr, optimizer, block_size, windows_per_chunk,
-                            momentum)
+                            momentum, parts)
 
     monkeypatch.setattr(trained_model, "book_data", book_data)
     monkeypatch.setattr(trained_model, "book_model", book_model)
@@ -75,7 +76,8 @@ def test_dynamic_evaluation_encodes_the_corpus_once_and_scores_each_rung_on_it(m
     assert all(s[1] is val_ids for s in scored)
     assert [s[2:] for s in scored] == [
         (evaluations.DYNAMIC_LR[rung], evaluations.DYNAMIC_OPTIMIZER,
-         evaluations.DYNAMIC_WINDOWS, evaluations.DYNAMIC_MOMENTUM)
+         evaluations.DYNAMIC_WINDOWS, evaluations.DYNAMIC_MOMENTUM,
+         evaluations.DYNAMIC_PARTS[rung])
         for rung in evaluations.DYNAMIC_RUNGS]
     assert [row["rung"] for row in result["rows"]] == list(evaluations.DYNAMIC_RUNGS)
     assert all(row["static"] == 2.0 and row["dynamic"] == 1.5 for row in result["rows"])

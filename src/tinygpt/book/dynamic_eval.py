@@ -15,8 +15,11 @@ would be reading the answers first.
 ``dynamic_score(model, ids, block_size, lr)`` reads ``ids`` in the windows
 ``tinygpt.book.scoring.score`` reads (consecutive windows of ``block_size``; ``windows``
 windows a chunk) and returns the mean loss, in nats per token, over the same predictions: with
-``lr = 0`` it is ``score``'s loss. The update is a plain one: SGD or Adam at a fixed ``lr`` on
-the chunk's mean loss, in eval mode (no dropout), with a ``momentum`` of choice (Adam's beta1).
+``lr = 0`` it is ``score``'s loss. With ``parts`` > 1 each chunk is read in that many pieces,
+a step after each: a piece's predictions are made from the same context as in the whole window
+(the window's inputs up to them), but by a model that has learned from the pieces before. The
+update is a plain one: SGD or Adam at a fixed ``lr`` on the chunk's mean loss, in eval mode (no
+dropout), with a ``momentum`` of choice (Adam's beta1).
 Adam without momentum scales each chunk's own gradient by the running RMS of the gradients,
 close to Krause et al.'s update scaled by the gradients' RMS (theirs is measured over the
 training set); their decay of the weights back towards the trained ones is left out. The model
@@ -27,6 +30,7 @@ is copied first: the caller's model (the book's cached one, say) is not changed.
 from __future__ import annotations
 
 import copy
+import itertools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,9 +45,11 @@ OPTIMIZERS = ("sgd", "adam")
 
 
 def chunk_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-    """The summed cross-entropy of ``model``'s predictions of ``y`` (B, T) from ``x`` (B, T)."""
+    """The summed cross-entropy of ``model``'s predictions of ``y`` (B, S) from ``x`` (B, T),
+    S <= T: the predictions at the last S positions (the inputs before them are context)."""
     out = model(x)
     logits = out[0] if isinstance(out, tuple) else out  # (B, T, V); a GPT returns (logits, loss)
+    logits = logits[:, x.shape[1] - y.shape[1] :]  # (B, S, V): the positions that y scores
     return F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum")
 
 
@@ -67,10 +73,16 @@ def read_and_learn(model: nn.Module, chunks: Sequence[tuple[Tensor, Tensor]],
     return scored
 
 
-def windows(ids: Tensor, block_size: int, per_chunk: int) -> list[tuple[Tensor, Tensor]]:
+def windows(ids: Tensor, block_size: int, per_chunk: int,
+            parts: int = 1) -> list[tuple[Tensor, Tensor]]:
     """``ids`` (N,) as the chunks ``dynamic_score`` reads: ``per_chunk`` consecutive windows of
     ``block_size`` inputs and their next tokens each, ``(x, y)`` of shape (W, T), the last window
-    shorter if ``N - 1`` is not a multiple of ``block_size`` (it is a chunk of its own)."""
+    shorter if ``N - 1`` is not a multiple of ``block_size`` (it is a chunk of its own).
+
+    With ``parts`` > 1 each chunk is cut along its positions into that many pieces of about
+    T / parts predictions, in order: the piece of positions ``start`` to ``end`` is
+    ``(x[:, :end], y[:, start:end])``, its predictions made from the window's inputs up to them
+    (``chunk_loss`` scores the last positions). Every prediction is in exactly one piece."""
     n = len(ids) - 1  # predictions: ids[t] -> ids[t + 1]
     full = n // block_size * block_size
     x = ids[:full].view(-1, block_size)  # (N // T, T)
@@ -78,14 +90,21 @@ def windows(ids: Tensor, block_size: int, per_chunk: int) -> list[tuple[Tensor, 
     chunks = [(x[i : i + per_chunk], y[i : i + per_chunk]) for i in range(0, len(x), per_chunk)]
     if full < n:
         chunks.append((ids[full:n][None], ids[full + 1 : n + 1][None]))
-    return chunks
+    if parts == 1:
+        return chunks
+    pieces = []
+    for x, y in chunks:
+        ends = [round(y.shape[1] * j / parts) for j in range(parts + 1)]  # 0, ..., T
+        pieces += [(x[:, :end], y[:, start:end]) for start, end in itertools.pairwise(ends)
+                   if end > start]
+    return pieces
 
 
 @dataclass(frozen=True)
 class DynamicScore:
     """What ``dynamic_score`` measured: ``loss``, the mean loss (nats per token) over every
     prediction, each scored before the model learned from it; ``chunk_losses``, each chunk's
-    mean loss in reading order; the settings it ran with."""
+    (each piece's, with ``parts`` > 1) mean loss in reading order; the settings it ran with."""
 
     loss: float
     chunk_losses: list[float]
@@ -95,14 +114,17 @@ class DynamicScore:
     block_size: int
     windows: int
     momentum: float
+    parts: int = 1
 
 
 def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
                   optimizer: str = "sgd", windows_per_chunk: int = 1,
-                  momentum: float | None = None) -> DynamicScore:
+                  momentum: float | None = None, parts: int = 1) -> DynamicScore:
     """Dynamic evaluation of ``model`` on ``ids`` (1-D, at least 2): each chunk of
     ``windows_per_chunk`` windows of ``block_size`` scored, then one step of ``optimizer``
     (``sgd`` or ``adam``) at ``lr`` on it; on a copy of ``model`` (the model is not changed).
+    ``parts`` > 1 reads each chunk in that many pieces along its positions, a step after each
+    (``windows``): the same predictions from the same context, scored and learned from sooner.
     ``momentum`` is SGD's momentum or Adam's beta1 (``None``: torch's default, 0 for SGD and
     0.9 for Adam). ``block_size`` may not exceed a GPT's context; the chunks go to the model's
     device."""
@@ -111,6 +133,7 @@ def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
     check_float(lr, "lr", 0)
     check_choice(optimizer, "optimizer", OPTIMIZERS)
     check_int(windows_per_chunk, "windows_per_chunk")
+    check_int(parts, "parts")
     if momentum is None:
         momentum = 0.0 if optimizer == "sgd" else 0.9
     check_float(momentum, "momentum", 0, 1, high_open=True)
@@ -124,7 +147,7 @@ def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
     learner = copy.deepcopy(model)
     device = next(learner.parameters(), torch.empty(0)).device
     ids = torch.as_tensor(ids, dtype=torch.long).to(device)  # (N,)
-    chunks = windows(ids, block_size, windows_per_chunk)
+    chunks = windows(ids, block_size, windows_per_chunk, parts)
     params = [p for p in learner.parameters() if p.requires_grad]
     step: torch.optim.Optimizer = (
         torch.optim.SGD(params, lr=lr, momentum=momentum) if optimizer == "sgd"
@@ -133,4 +156,4 @@ def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
     sizes = [y.numel() for _, y in chunks]
     return DynamicScore(sum(scored) / sum(sizes), [s / n for s, n in zip(scored, sizes)],
                         sum(sizes), float(lr), optimizer, block_size, windows_per_chunk,
-                        float(momentum))
+                        float(momentum), parts)
