@@ -72,7 +72,7 @@ def test_no_chunk_is_scored_after_the_model_has_trained_on_it():
         assert scored[k] == pytest.approx(expected.item(), rel=1e-5)
 
 
-def test_read_in_parts_no_piece_is_scored_after_the_model_has_trained_on_it():
+def test_read_in_pieces_each_is_scored_at_its_last_positions_before_its_step():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(2)
     pieces = windows(torch.randint(6, (4 * 5 + 1,), generator=g), 5, 1, parts=2)
@@ -203,6 +203,11 @@ def test_on_text_that_repeats_learning_as_it_reads_lowers_the_loss():
     dynamic = dynamic_score(model, ids, 8, 1e-2, "adam")
     assert dynamic.loss < static - 0.5
     assert dynamic.chunk_losses[-1] < dynamic.chunk_losses[0]
+
+
+def test_windows_refuses_a_count_of_pieces_below_one():
+    with pytest.raises(ValueError, match="parts must be a positive integer"):
+        windows(torch.arange(20), 5, 1, parts=0)
 
 
 @pytest.mark.parametrize("kwargs, match", [

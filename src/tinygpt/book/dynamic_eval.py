@@ -18,8 +18,8 @@ windows a chunk) and returns the mean loss, in nats per token, over the same pre
 ``lr = 0`` it is ``score``'s loss. With ``parts`` > 1 each chunk is read in that many pieces,
 a step after each: a piece's predictions are made from the same context as in the whole window
 (the window's inputs up to them), but by a model that has learned from the pieces before. The
-update is a plain one: SGD or Adam at a fixed ``lr`` on the chunk's mean loss, in eval mode (no
-dropout), with a ``momentum`` of choice (Adam's beta1).
+update is a plain one: SGD or Adam at a fixed ``lr`` on the chunk's (or piece's) mean loss, in
+eval mode (no dropout), with a ``momentum`` of choice (Adam's beta1).
 Adam without momentum scales each chunk's own gradient by the running RMS of the gradients,
 close to Krause et al.'s update scaled by the gradients' RMS (theirs is measured over the
 training set); their decay of the weights back towards the trained ones is left out. The model
@@ -80,9 +80,11 @@ def windows(ids: Tensor, block_size: int, per_chunk: int,
     shorter if ``N - 1`` is not a multiple of ``block_size`` (it is a chunk of its own).
 
     With ``parts`` > 1 each chunk is cut along its positions into that many pieces of about
-    T / parts predictions, in order: the piece of positions ``start`` to ``end`` is
-    ``(x[:, :end], y[:, start:end])``, its predictions made from the window's inputs up to them
-    (``chunk_loss`` scores the last positions). Every prediction is in exactly one piece."""
+    T / parts predictions (T of them if ``parts`` > T), in order: the piece of positions
+    ``start`` to ``end`` is ``(x[:, :end], y[:, start:end])``, its predictions made from the
+    window's inputs up to them (``chunk_loss`` scores the last positions). Every prediction is
+    in exactly one piece."""
+    check_int(parts, "parts")
     n = len(ids) - 1  # predictions: ids[t] -> ids[t + 1]
     full = n // block_size * block_size
     x = ids[:full].view(-1, block_size)  # (N // T, T)
