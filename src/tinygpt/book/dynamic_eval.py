@@ -135,7 +135,6 @@ def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
     check_float(lr, "lr", 0)
     check_choice(optimizer, "optimizer", OPTIMIZERS)
     check_int(windows_per_chunk, "windows_per_chunk")
-    check_int(parts, "parts")
     if momentum is None:
         momentum = 0.0 if optimizer == "sgd" else 0.9
     check_float(momentum, "momentum", 0, 1, high_open=True)
@@ -146,10 +145,10 @@ def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
     check_ids(ids, getattr(config, "vocab_size", None) or sys.maxsize)
     if len(ids) < 2:
         raise ValueError(f"dynamic_score needs at least 2 tokens (one prediction), got {len(ids)}")
-    learner = copy.deepcopy(model)
-    device = next(learner.parameters(), torch.empty(0)).device
+    device = next(model.parameters(), torch.empty(0)).device
     ids = torch.as_tensor(ids, dtype=torch.long).to(device)  # (N,)
-    chunks = windows(ids, block_size, windows_per_chunk, parts)
+    chunks = windows(ids, block_size, windows_per_chunk, parts)  # checks parts
+    learner = copy.deepcopy(model)
     params = [p for p in learner.parameters() if p.requires_grad]
     step: torch.optim.Optimizer = (
         torch.optim.SGD(params, lr=lr, momentum=momentum) if optimizer == "sgd"
