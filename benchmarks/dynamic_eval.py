@@ -2,7 +2,8 @@
 
 For a model, its static loss (``tinygpt.book.scoring.score``) and its dynamic loss
 (``tinygpt.book.dynamic_eval.dynamic_score``: each window of ``block_size`` characters scored,
-then one optimizer step on it; or each window in ``--parts`` pieces, a step after each) at each
+then one optimizer step on it; or each window in ``--parts`` pieces, a step after each; with
+``--decay``, the weights pulled back towards the trained ones after each step) at each
 learning rate asked for, beside PPMd order 8 on the
 validation text alone (from ``benchmarks/results/compression.json``, the record of
 ``benchmarks/compression.py``), the compressor's own learning as it reads.
@@ -32,6 +33,8 @@ Usage (a quiet machine): nice -n 10 python benchmarks/dynamic_eval.py --model bo
        python benchmarks/dynamic_eval.py --model book-selection --lr 1e-4,2e-4,3e-4,1e-3,3e-3
        python benchmarks/dynamic_eval.py --model selection --row ROWS.jsonl:TAG:SEED --write
        python benchmarks/dynamic_eval.py --model book-selection --lr 1e-4 --momentum 0 --parts 1,2,3
+       python benchmarks/dynamic_eval.py --model book-selection --lr 1e-4 --momentum 0 --parts 3 \
+           --decay 0,1e-4,3e-4 --beta2 0.999,0.9999
        python benchmarks/dynamic_eval.py --model modern --seeds 1337 1338 1339 --write
 """
 
@@ -158,6 +161,13 @@ def main() -> None:
     parser.add_argument("--momentum", default=None,
                         help="momenta (SGD's momentum, Adam's beta1), comma-separated; each is "
                              "tried with every --lr (default: torch's, 0 for SGD, 0.9 for Adam)")
+    parser.add_argument("--decay", default="0",
+                        help="pulls back towards the trained weights after each step (the "
+                             "fraction of the way), comma-separated; each is tried with every "
+                             "other setting")
+    parser.add_argument("--beta2", default="0.999",
+                        help="Adam's beta2 (its running RMS's memory), comma-separated; each is "
+                             "tried with every other setting")
     parser.add_argument("--seeds", nargs="+", type=int,
                         help="--model modern: the seeds whose models are scored, at the book's "
                              "settings (--lr, --optimizer and --windows are not used)")
@@ -210,20 +220,23 @@ def main() -> None:
         print(f"{args.model}: static {static:.4f} nats/char", flush=True)
         momenta = ([None] if args.momentum is None
                    else [float(v) for v in args.momentum.split(",")])
-        settings = [(parts, momentum, float(lr)) for parts in map(int, args.parts.split(","))
-                    for momentum in momenta for lr in args.lr.split(",")]
-        for parts, momentum, lr in settings:
+        settings = [(parts, momentum, float(lr), float(decay), float(beta2))
+                    for parts in map(int, args.parts.split(",")) for momentum in momenta
+                    for decay in args.decay.split(",") for beta2 in args.beta2.split(",")
+                    for lr in args.lr.split(",")]
+        for parts, momentum, lr, decay, beta2 in settings:
             start = time.perf_counter()
             got = dynamic_score(model, val_ids, block, lr, args.optimizer, args.windows,
-                                momentum, parts)
+                                momentum, parts, decay, beta2)
             record["dynamic"].append({"lr": lr, "optimizer": args.optimizer,
                                       "momentum": got.momentum,
                                       "windows_per_chunk": args.windows, "parts": parts,
+                                      "decay": decay, "beta2": beta2,
                                       "loss": got.loss, "gain": static - got.loss,
                                       "seconds": time.perf_counter() - start})
-            print(f"  {args.optimizer} lr {lr:g} momentum {got.momentum:g}, {parts} part(s) a "
-                  f"chunk: dynamic {got.loss:.4f} nats/char "
-                  f"({record['dynamic'][-1]['seconds']:.0f} s)", flush=True)
+            print(f"  {args.optimizer} lr {lr:g} momentum {got.momentum:g} beta2 {beta2:g} "
+                  f"decay {decay:g}, {parts} part(s) a chunk: dynamic {got.loss:.4f} "
+                  f"nats/char ({record['dynamic'][-1]['seconds']:.0f} s)", flush=True)
     # PPMd on the validation text alone: the committed record of benchmarks/compression.py
     rows = json.loads(COMPRESSION.read_text(encoding="utf-8"))["rows"]
     ppmd = next(row for row in rows if row["key"] == "ppmd8_alone")

@@ -3,8 +3,9 @@
 The order is checked from the outside: a spy records, for every forward pass, the chunk it read
 and the model's weights at that moment, and every gradient the optimizer is given. Chunk k must
 be scored by weights that have learned from exactly the chunks before it. The same check, run on
-a loop that trains first, must catch it. With ``lr = 0`` dynamic evaluation is
-``tinygpt.book.scoring.score``; with ``lr > 0`` it equals a plain loop written here.
+a loop that trains first, must catch it. With ``lr = 0`` (or a pull back of the whole step,
+``decay = 1``) dynamic evaluation is ``tinygpt.book.scoring.score``; with ``lr > 0`` it equals a
+plain loop written here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from tinygpt.book.dynamic_eval import dynamic_score, read_and_learn, windows
+from tinygpt.book.dynamic_eval import dynamic_score, pull_back, read_and_learn, windows
 from tinygpt.book.scoring import score
 from tinygpt.config import GPTConfig
 from tinygpt.model import GPT
@@ -196,6 +197,53 @@ def test_in_two_parts_it_equals_a_loop_that_steps_after_each_half_window():
     assert abs(got.loss - one_part.loss) > 1e-4  # the steps in between change the score
 
 
+@pytest.mark.parametrize("optimizer, parts", [("sgd", 1), ("adam", 1), ("adam", 3)])
+def test_a_pull_back_of_the_whole_step_is_the_static_score(optimizer, parts):
+    model = small_gpt()
+    ids = torch.randint(11, (60,), generator=torch.Generator().manual_seed(4))
+    got = dynamic_score(model, ids, 8, 0.05, optimizer, parts=parts, decay=1.0)
+    assert got.loss == pytest.approx(score(model, ids, 8), rel=1e-5) and got.decay == 1.0
+    moved = dynamic_score(model, ids, 8, 0.05, optimizer, parts=parts)
+    assert abs(moved.loss - got.loss) > 1e-3  # without the pull the steps change the score
+
+
+def test_with_a_decay_it_equals_a_loop_that_pulls_the_weights_back_after_each_step():
+    model = small_gpt()
+    ids = torch.randint(11, (100,), generator=torch.Generator().manual_seed(5))
+    got = dynamic_score(model, ids, 8, 0.05, "adam", momentum=0.0, decay=0.2, beta2=0.99)
+    assert (got.decay, got.beta2) == (0.2, 0.99)
+    learner, total = copy.deepcopy(model).eval(), 0.0
+    trained = [p.detach().clone() for p in learner.parameters()]
+    optimizer = torch.optim.Adam(learner.parameters(), lr=0.05, betas=(0.0, 0.99))
+    for start in range(0, 99, 8):
+        x, y = ids[start : min(start + 8, 99)][None], ids[start + 1 : min(start + 9, 100)][None]
+        loss = F.cross_entropy(logits_of(learner, x).flatten(0, 1), y.flatten(),
+                               reduction="sum")
+        total += loss.item()
+        optimizer.zero_grad()
+        (loss / y.numel()).backward()
+        optimizer.step()
+        with torch.no_grad():  # a fifth of the way back to the trained weights
+            for p, p0 in zip(learner.parameters(), trained):
+                p.copy_(p + 0.2 * (p0 - p))
+    assert got.loss == pytest.approx(total / 99, rel=1e-5)
+    plain = dynamic_score(model, ids, 8, 0.05, "adam", momentum=0.0, beta2=0.99)
+    assert abs(plain.loss - got.loss) > 1e-4
+
+
+def test_pull_back_moves_each_weight_the_fraction_back_after_every_step():
+    weight = nn.Parameter(torch.tensor([1.0, -2.0]))
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    pull_back(optimizer, 0.25)
+    weight.grad = torch.tensor([4.0, 4.0])
+    optimizer.step()  # to (-3, -6), then a quarter of the way back to (1, -2)
+    assert torch.allclose(weight.detach(), torch.tensor([-2.0, -5.0]))
+    optimizer.step()  # to (-6, -9), then back a quarter of the way to (1, -2)
+    assert torch.allclose(weight.detach(), torch.tensor([-4.25, -7.25]))
+    with pytest.raises(ValueError, match="decay must be in"):
+        pull_back(optimizer, 1.5)
+
+
 def test_on_text_that_repeats_learning_as_it_reads_lowers_the_loss():
     model = small_gpt()
     ids = torch.arange(11).repeat(30)  # the same 11 tokens again and again
@@ -215,6 +263,7 @@ def test_windows_refuses_a_count_of_pieces_below_one():
     (dict(block_size=9), "exceeds the model's context length 8"),
     (dict(windows_per_chunk=0), "windows_per_chunk"), (dict(parts=0), "parts"),
     (dict(momentum=1.0), "momentum"), (dict(momentum=-0.1), "momentum"),
+    (dict(decay=-0.1), "decay"), (dict(decay=1.5), "decay"), (dict(beta2=1.0), "beta2"),
     (dict(ids=torch.tensor([3])), "at least 2 tokens"),
     (dict(ids=torch.tensor([3, 11])), "unknown token id 11"),
 ])

@@ -60,10 +60,11 @@ def test_dynamic_evaluation_encodes_the_corpus_once_and_scores_each_rung_on_it(m
         return types.SimpleNamespace(model=recipe.model.n_layer, val_loss=2.0)
 
     def dynamic_score(model, ids, block_size, lr, optimizer, windows_per_chunk, momentum,
-                      parts):
-        scored.append((model, ids, lr, optimizer, windows_per_chunk, momentum, parts))
+                      parts, decay, beta2):
+        scored.append((model, ids, lr, optimizer, windows_per_chunk, momentum, parts, decay,
+                       beta2))
         return DynamicScore(1.5, [1.0] * 20, 49, lr, optimizer, block_size, windows_per_chunk,
-                            momentum, parts)
+                            momentum, parts, decay, beta2)
 
     monkeypatch.setattr(trained_model, "book_data", book_data)
     monkeypatch.setattr(trained_model, "book_model", book_model)
@@ -77,7 +78,8 @@ def test_dynamic_evaluation_encodes_the_corpus_once_and_scores_each_rung_on_it(m
     assert [s[2:] for s in scored] == [
         (evaluations.DYNAMIC_LR[rung], evaluations.DYNAMIC_OPTIMIZER,
          evaluations.DYNAMIC_WINDOWS, evaluations.DYNAMIC_MOMENTUM,
-         evaluations.DYNAMIC_PARTS[rung])
+         evaluations.DYNAMIC_PARTS[rung], evaluations.DYNAMIC_DECAY[rung],
+         evaluations.DYNAMIC_BETA2[rung])
         for rung in evaluations.DYNAMIC_RUNGS]
     assert [row["rung"] for row in result["rows"]] == list(evaluations.DYNAMIC_RUNGS)
     assert all(row["static"] == 2.0 and row["dynamic"] == 1.5 for row in result["rows"])

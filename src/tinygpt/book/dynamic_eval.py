@@ -19,11 +19,13 @@ windows a chunk) and returns the mean loss, in nats per token, over the same pre
 a step after each: a piece's predictions are made from the same context as in the whole window
 (the window's inputs up to them), but by a model that has learned from the pieces before. The
 update is a plain one: SGD or Adam at a fixed ``lr`` on the chunk's (or piece's) mean loss, in
-eval mode (no dropout), with a ``momentum`` of choice (Adam's beta1).
+eval mode (no dropout), with a ``momentum`` of choice (Adam's beta1) and Adam's ``beta2``.
 Adam without momentum scales each chunk's own gradient by the running RMS of the gradients,
 close to Krause et al.'s update scaled by the gradients' RMS (theirs is measured over the
-training set); their decay of the weights back towards the trained ones is left out. The model
-is copied first: the caller's model (the book's cached one, say) is not changed.
+training set). Their decay of the weights back towards the trained ones is ``decay``: after
+each step every weight moves that fraction of the way back to its trained value
+(``pull_back``), so what one play taught fades as the next is read. The model is copied first:
+the caller's model (the book's cached one, say) is not changed.
 ``read_and_learn`` is the loop itself, for any chunks and optimizer.
 """
 
@@ -73,6 +75,24 @@ def read_and_learn(model: nn.Module, chunks: Sequence[tuple[Tensor, Tensor]],
     return scored
 
 
+def pull_back(optimizer: torch.optim.Optimizer, decay: float) -> None:
+    """Make every ``optimizer.step()`` end by moving each of its parameters the fraction
+    ``decay`` of the way back to the value it has now, ``p0``: ``p <- p + decay * (p0 - p)``
+    (Krause et al.'s decay towards the trained weights). ``decay = 0`` changes nothing;
+    ``decay = 1`` undoes every step."""
+    check_float(decay, "decay", 0, 1)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    anchors = [p.detach().clone() for p in params]
+
+    def after_step(*_: object) -> None:
+        with torch.no_grad():
+            for p, anchor in zip(params, anchors):
+                p.lerp_(anchor, decay)
+
+    if decay > 0:
+        optimizer.register_step_post_hook(after_step)
+
+
 def windows(ids: Tensor, block_size: int, per_chunk: int,
             parts: int = 1) -> list[tuple[Tensor, Tensor]]:
     """``ids`` (N,) as the chunks ``dynamic_score`` reads: ``per_chunk`` consecutive windows of
@@ -117,19 +137,24 @@ class DynamicScore:
     windows: int
     momentum: float
     parts: int = 1
+    decay: float = 0.0
+    beta2: float = 0.999
 
 
 def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
                   optimizer: str = "sgd", windows_per_chunk: int = 1,
-                  momentum: float | None = None, parts: int = 1) -> DynamicScore:
+                  momentum: float | None = None, parts: int = 1, decay: float = 0.0,
+                  beta2: float = 0.999) -> DynamicScore:
     """Dynamic evaluation of ``model`` on ``ids`` (1-D, at least 2): each chunk of
     ``windows_per_chunk`` windows of ``block_size`` scored, then one step of ``optimizer``
     (``sgd`` or ``adam``) at ``lr`` on it; on a copy of ``model`` (the model is not changed).
     ``parts`` > 1 reads each chunk in that many pieces along its positions, a step after each
     (``windows``): the same predictions from the same context, scored and learned from sooner.
     ``momentum`` is SGD's momentum or Adam's beta1 (``None``: torch's default, 0 for SGD and
-    0.9 for Adam). ``block_size`` may not exceed a GPT's context; the chunks go to the model's
-    device."""
+    0.9 for Adam); ``beta2`` is Adam's (the memory of its running RMS; SGD has none).
+    ``decay`` pulls the weights that fraction of the way back to the trained ones after each step
+    (``pull_back``; 0: not at all). ``block_size`` may not exceed a GPT's context; the chunks go
+    to the model's device."""
     check_instance(model, nn.Module, "model")
     check_int(block_size, "block_size")
     check_float(lr, "lr", 0)
@@ -138,6 +163,8 @@ def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
     if momentum is None:
         momentum = 0.0 if optimizer == "sgd" else 0.9
     check_float(momentum, "momentum", 0, 1, high_open=True)
+    check_float(beta2, "beta2", 0, 1, high_open=True)
+    check_float(decay, "decay", 0, 1)
     config = getattr(model, "config", None)
     limit = getattr(config, "block_size", None)
     if limit is not None and block_size > limit:
@@ -152,9 +179,10 @@ def dynamic_score(model: nn.Module, ids: Tensor, block_size: int, lr: float,
     params = [p for p in learner.parameters() if p.requires_grad]
     step: torch.optim.Optimizer = (
         torch.optim.SGD(params, lr=lr, momentum=momentum) if optimizer == "sgd"
-        else torch.optim.Adam(params, lr=lr, betas=(momentum, 0.999)))
+        else torch.optim.Adam(params, lr=lr, betas=(momentum, beta2)))
+    pull_back(step, decay)
     scored = read_and_learn(learner, chunks, step)
     sizes = [y.numel() for _, y in chunks]
     return DynamicScore(sum(scored) / sum(sizes), [s / n for s, n in zip(scored, sizes)],
                         sum(sizes), float(lr), optimizer, block_size, windows_per_chunk,
-                        float(momentum), parts)
+                        float(momentum), parts, float(decay), float(beta2))
