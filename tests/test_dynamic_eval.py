@@ -226,7 +226,7 @@ def test_with_a_decay_it_equals_a_loop_that_pulls_the_weights_back_after_each_st
         with torch.no_grad():  # a fifth of the way back to the trained weights
             for p, p0 in zip(learner.parameters(), trained):
                 p.copy_(p + 0.2 * (p0 - p))
-    assert got.loss == pytest.approx(total / 99, rel=1e-5)
+    assert got.loss == pytest.approx(total / 99, rel=1e-4)  # wrong pulls differ by > 8e-3
     plain = dynamic_score(model, ids, 8, 0.05, "adam", momentum=0.0, beta2=0.99)
     assert abs(plain.loss - got.loss) > 1e-4
 
