@@ -122,12 +122,13 @@ def speedrun_configs(args: argparse.Namespace) -> tuple[GPTConfig, TrainConfig]:
                     n_embd=args.sr_embd, positional=args.sr_positional,
                     activation=args.sr_activation, mlp_hidden=args.sr_mlp_hidden,
                     qk_norm=args.sr_qk_norm, zero_init_proj=args.sr_zero_init_proj,
-                    norm=args.sr_norm)
+                    norm=args.sr_norm, tie_weights=args.sr_tie_weights)
     cfg = replace(BABY_TRAIN, batch_size=args.sr_batch, max_iters=args.sr_iters,
                   lr_decay_iters=args.sr_iters, learning_rate=args.sr_lr, min_lr=args.sr_min_lr,
-                  warmup_iters=args.sr_warmup, beta2=args.sr_beta2,
+                  warmup_iters=args.sr_warmup, beta1=args.sr_beta1, beta2=args.sr_beta2,
                   weight_decay=args.sr_weight_decay, seed=args.sr_seed,
-                  eval_interval=args.sr_iters, eval_iters=1, optimizer=args.sr_optimizer)
+                  eval_interval=args.sr_iters, eval_iters=1, optimizer=args.sr_optimizer,
+                  adamw_lr_scale=args.sr_adamw_lr_scale)
     return model, cfg
 
 
@@ -396,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sr-warmup", type=int, default=30, help="speedrun warm-up steps (30)")
     p.add_argument("--sr-batch", type=int, default=16, help="speedrun batch size (16)")
     p.add_argument("--sr-block", type=int, default=64, help="speedrun context length")
+    p.add_argument("--sr-beta1", type=float, default=0.9, help="speedrun AdamW beta1 (0.9)")
     p.add_argument("--sr-beta2", type=float, default=0.99, help="speedrun AdamW beta2")
     p.add_argument("--sr-weight-decay", type=float, default=0.1, help="speedrun weight decay")
     p.add_argument("--sr-layers", type=int, default=2, help="speedrun model: layers (2)")
@@ -416,6 +418,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="speedrun model: normalisation (layernorm)")
     p.add_argument("--sr-optimizer", default="adamw", choices=["adamw", "muon"],
                    help="speedrun optimizer (adamw)")
+    p.add_argument("--sr-adamw-lr-scale", type=float, default=1.0,
+                   help="with Muon, the AdamW part (embeddings, output layer, norms) at this "
+                        "times the learning rate (1)")
+    p.add_argument("--sr-tie-weights", action=argparse.BooleanOptionalAction, default=True,
+                   help="speedrun model: the output layer shares the embedding's weight (tied, "
+                        "as the baby GPT)")
     p.add_argument("--modern", action="store_true",
                    help="speedrun with chapter 12's modern recipe (defaults: "
                         + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in MODERN.items())
@@ -548,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
                       speedrun_recipe={"model": asdict(sr_model), "lr": args.sr_lr,
                                        "min_lr": args.sr_min_lr, "warmup": args.sr_warmup,
                                        "batch_size": args.sr_batch, "max_iters": args.sr_iters,
-                                       "beta2": args.sr_beta2,
+                                       "beta1": args.sr_beta1, "beta2": args.sr_beta2,
+                                       "adamw_lr_scale": args.sr_adamw_lr_scale,
                                        "weight_decay": args.sr_weight_decay,
                                        "seed": args.sr_seed,
                                        "optimizer": args.sr_optimizer},

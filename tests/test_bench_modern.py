@@ -14,6 +14,7 @@ import modern
 import speedrun
 
 from tinygpt.book.trained_model import BOOK_RECIPE
+from tinygpt.config import GPTConfig
 
 
 def differences(a, b) -> dict:
@@ -151,3 +152,51 @@ def test_the_committed_record_is_written_only_when_asked():
         "/tmp/m.json")
     with pytest.raises(SystemExit):
         modern.parser().parse_args(["--record", "--out", "/tmp/m.json"])
+
+
+def configs_of(argv: list[str], monkeypatch) -> tuple:
+    """The speedrun's (model, train) configurations that ``speedrun.main(argv)`` would train."""
+    seen = {}
+    parsed = []
+    real_parse = speedrun.argparse.ArgumentParser.parse_args
+
+    def capture(self, args=None, namespace=None):
+        parsed.append(real_parse(self, args, namespace))
+        return parsed[-1]
+
+    def stop():
+        seen["configs"] = speedrun.speedrun_configs(parsed[-1])
+        raise SystemExit(0)
+
+    monkeypatch.setattr(speedrun.argparse.ArgumentParser, "parse_args", capture)
+    monkeypatch.setattr(speedrun, "load_data", stop)
+    with pytest.raises(SystemExit):
+        speedrun.main(argv)
+    return seen["configs"]
+
+
+def test_the_tuned_speedrun_options_reach_the_configurations(monkeypatch):
+    m, t = configs_of(["--modern", "--no-sr-tie-weights", "--sr-adamw-lr-scale", "3",
+                       "--sr-beta1", "0.8"], monkeypatch)
+    assert (m.tie_weights, t.adamw_lr_scale, t.beta1) == (False, 3.0, 0.8)
+    m, t = configs_of(["--modern"], monkeypatch)
+    assert (m.tie_weights, t.adamw_lr_scale, t.beta1) == (True, 1.0, 0.9)  # the baby GPT's
+
+
+def test_the_levers_ladder_starts_at_the_recorded_modern_recipe_and_adds_one_change_a_rung():
+    import speedrun_search
+
+    record = json.loads(speedrun.MODERN_RESULT.read_text())
+    first = speedrun_search.namespace(speedrun_search.BASE_SHAPE, 0, 0.0, 0)
+    vars(first).update(speedrun_search.lever_options(0))
+    model, train = speedrun.speedrun_configs(first)
+    for run in record["runs"]:
+        recipe = run["result"]["speedrun_recipe"]
+        if recipe["model"]["tie_weights"]:  # the modern recipe's runs
+            assert (recipe["lr"], recipe["max_iters"], recipe["warmup"]) == (
+                train.learning_rate, train.max_iters, train.warmup_iters)
+            assert GPTConfig(**recipe["model"]) == model  # fields added since: their defaults
+    for rung in range(1, len(speedrun_search.LEVERS)):
+        before, after = speedrun_search.lever_options(rung - 1), speedrun_search.lever_options(rung)
+        changed = {k for k in after if before.get(k) != after[k]}
+        assert changed == set(speedrun_search.LEVERS[rung][1])  # this rung's changes, no more
