@@ -175,10 +175,8 @@ def train_levers(args: argparse.Namespace) -> None:
     rungs = []
     for rung, (lever, _) in enumerate(LEVERS):
         steps = [r["steps_to_target"] for r in rows if r["rung"] == rung]
-        reached = [s for s in steps if s is not None]
         rungs.append({"lever": lever, "options": lever_options(rung), "steps": steps,
-                      "median_steps": statistics.median(reached)
-                      if len(reached) == len(steps) else None})
+                      "median_steps": None if None in steps else statistics.median(steps)})
         print(f"{lever}: steps to target {steps}, median {rungs[-1]['median_steps']}")
     out = {"command": "python " + " ".join(sys.argv), "machine": speedrun.machine(),
            "threads": 1, "jobs": args.jobs, "load_start": load, "load_end": os.getloadavg(),

@@ -43,32 +43,34 @@ def test_steps_to_target_is_the_first_check_at_or_below_it():
     assert modern.steps_to_target(curve, 1.5) is None  # never reached
 
 
-def test_modern_sets_the_speedrun_switches_and_options_still_override(monkeypatch):
+def configs_of(argv: list[str], monkeypatch) -> tuple:
+    """The speedrun's (model, train) configurations that ``speedrun.main(argv)`` would train."""
     seen = {}
-
-    def stop(args):
-        seen["model"], seen["train"] = speedrun.speedrun_configs(args)
-        raise SystemExit(0)
-
-    monkeypatch.setattr(speedrun, "load_data", lambda: stop(parsed[0]))
     parsed = []
     real_parse = speedrun.argparse.ArgumentParser.parse_args
 
-    def capture(self, argv=None, namespace=None):
-        parsed.append(real_parse(self, argv, namespace))
+    def capture(self, args=None, namespace=None):
+        parsed.append(real_parse(self, args, namespace))
         return parsed[-1]
 
-    monkeypatch.setattr(speedrun.argparse.ArgumentParser, "parse_args", capture)
-    with pytest.raises(SystemExit):
-        speedrun.main(["--modern", "--sr-activation", "swiglu", "--no-sr-qk-norm"])
-    m, t = seen["model"], seen["train"]
+    def stop():
+        seen["configs"] = speedrun.speedrun_configs(parsed[-1])
+        raise SystemExit(0)
+
+    with monkeypatch.context() as patch:  # undone on return: the next call patches afresh
+        patch.setattr(speedrun.argparse.ArgumentParser, "parse_args", capture)
+        patch.setattr(speedrun, "load_data", stop)
+        with pytest.raises(SystemExit):
+            speedrun.main(argv)
+    return seen["configs"]
+
+
+def test_modern_sets_the_speedrun_switches_and_options_still_override(monkeypatch):
+    m, t = configs_of(["--modern", "--sr-activation", "swiglu", "--no-sr-qk-norm"], monkeypatch)
     assert (m.positional, m.norm, m.zero_init_proj, t.optimizer) == (
         "rope", "rmsnorm", True, "muon")
     assert (m.activation, m.qk_norm) == ("swiglu", False)  # the options given win
-    parsed.clear()
-    with pytest.raises(SystemExit):
-        speedrun.main([])
-    m, t = seen["model"], seen["train"]
+    m, t = configs_of([], monkeypatch)
     assert (m.positional, m.activation, m.norm, m.qk_norm, m.zero_init_proj, t.optimizer) == (
         "learned", "gelu", "layernorm", False, False, "adamw")  # without --modern: as before
 
@@ -152,27 +154,6 @@ def test_the_committed_record_is_written_only_when_asked():
         "/tmp/m.json")
     with pytest.raises(SystemExit):
         modern.parser().parse_args(["--record", "--out", "/tmp/m.json"])
-
-
-def configs_of(argv: list[str], monkeypatch) -> tuple:
-    """The speedrun's (model, train) configurations that ``speedrun.main(argv)`` would train."""
-    seen = {}
-    parsed = []
-    real_parse = speedrun.argparse.ArgumentParser.parse_args
-
-    def capture(self, args=None, namespace=None):
-        parsed.append(real_parse(self, args, namespace))
-        return parsed[-1]
-
-    def stop():
-        seen["configs"] = speedrun.speedrun_configs(parsed[-1])
-        raise SystemExit(0)
-
-    monkeypatch.setattr(speedrun.argparse.ArgumentParser, "parse_args", capture)
-    monkeypatch.setattr(speedrun, "load_data", stop)
-    with pytest.raises(SystemExit):
-        speedrun.main(argv)
-    return seen["configs"]
 
 
 def test_the_tuned_speedrun_options_reach_the_configurations(monkeypatch):
